@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorlang.parser.ast import NO_SPAN, Span
+from tensorlang.span import NO_SPAN, Span
 
 ERROR, WARNING, HINT = "error", "warning", "hint"
 _SEVERITY_RANK = {ERROR: 0, WARNING: 1, HINT: 2}

@@ -11,18 +11,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 
-@dataclass(frozen=True, order=True)
-class Span:
-    line: int
-    col: int
-    end_line: int
-    end_col: int
-
-    def contains(self, line: int, col: int) -> bool:
-        return (self.line, self.col) <= (line, col) <= (self.end_line, self.end_col)
-
-
-NO_SPAN = Span(0, 0, 0, 0)
+from tensorlang.span import NO_SPAN, Span  # noqa: E402,F401  (re-exported)
 
 
 def _span():

@@ -1,0 +1,3 @@
+from tensorlang.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,225 @@
+"""An independent float64 NumPy interpreter of the index notation: the reference `run` checks against.
+
+It walks the AST and the checked model only; it never goes through TVM. Each stage is
+evaluated over the grid of its loop indices with NumPy broadcasting, in chunks of the
+outermost spatial index so a convolution's grid never has to fit in memory at once.
+Floating-point stages are computed in float64; integer stages in int64 and wrapped to
+their dtype at the end of the stage, as the kernel would store them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorlang.analysis import dtypes as D
+from tensorlang.analysis.model import OpModel, StageModel
+from tensorlang.parser import ast as A
+
+CHUNK_ELEMENTS = 1 << 22  # points of a stage's grid evaluated at once
+
+_UNARY = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "abs": np.abs, "relu": lambda x: np.maximum(x, 0), "sin": np.sin, "cos": np.cos, "floor": np.floor,
+    "ceil": np.ceil, "round": np.rint,
+}
+
+
+def _erf(x):
+    from math import erf
+    return np.vectorize(erf, otypes=[np.float64])(x) if np.ndim(x) else erf(float(x))
+
+
+def random_inputs(op: OpModel, seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard-normal inputs (fixed seed); integer tensors get normals scaled by 4 and rounded."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in op.inputs:
+        x = rng.standard_normal(t.shape)
+        if t.dtype in D.INTS:
+            x = np.rint(x * 4)
+            if t.dtype.startswith("u"):
+                x = np.abs(x)
+        elif t.dtype == "bool":
+            x = x > 0
+        out[t.name] = x.astype(D.numpy_dtype(t.dtype))
+    return out
+
+
+def evaluate(op: OpModel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """All tensors of the op (float64 for floating types) given its inputs."""
+    values: dict[str, np.ndarray] = {}
+    for t in op.inputs:
+        x = np.asarray(inputs[t.name])
+        values[t.name] = x.astype(np.float64) if t.dtype in D.FLOATS else x.astype(np.int64)
+    for st in op.stages:
+        values[st.tensor] = _stage(op, st, values)
+    return values
+
+
+def reference_outputs(op: OpModel, inputs) -> dict[str, np.ndarray]:
+    values = evaluate(op, inputs)
+    return {t.name: values[t.name] for t in op.outputs}
+
+
+def _stage(op: OpModel, st: StageModel, values) -> np.ndarray:
+    spatial, reduce = st.spatial, st.reduce
+    shape = tuple(i.extent for i in spatial)
+    is_float = st.dtype in D.FLOATS
+    out = np.empty(shape, dtype=np.float64 if is_float else np.int64)
+    rsize = math.prod(i.extent for i in reduce)
+    inner = math.prod(shape[1:]) * rsize if shape else rsize
+    step = max(1, CHUNK_ELEMENTS // max(inner, 1))
+    first = shape[0] if shape else 1
+    for lo in range(0, first, step):
+        hi = min(first, lo + step)
+        out[lo:hi] = _chunk(op, st, values, lo, hi, is_float)
+    if not is_float:
+        out = out.astype(D.numpy_dtype(st.dtype)).astype(np.int64)  # wrap as the kernel's store does
+    return out
+
+
+def _chunk(op, st, values, lo, hi, is_float):
+    loops = st.spatial + st.reduce
+    n = len(loops)
+    env = {}
+    for axis, idx in enumerate(loops):
+        rng = np.arange(lo, hi) if axis == 0 and st.spatial else np.arange(idx.extent)
+        shape = [1] * n
+        shape[axis] = len(rng)
+        env[idx.name] = rng.reshape(shape)
+    val = _eval(st.ast.rhs, env, values, op, st.dtype)
+    full = [hi - lo if (a == 0 and st.spatial) else i.extent for a, i in enumerate(loops)]
+    val = np.broadcast_to(val, full)
+    if not is_float:
+        val = val.astype(np.int64)
+    axes = tuple(range(len(st.spatial), n))
+    if not axes:
+        return val
+    if st.reducer == "sum":
+        return val.sum(axis=axes)
+    if st.reducer == "max":
+        return val.max(axis=axes)
+    return val.min(axis=axes)
+
+
+def _eval(e: A.Expr, env, values, op: OpModel, want: str):
+    if isinstance(e, A.Num):
+        return np.float64(e.value) if e.is_float or want in D.FLOATS else np.int64(e.value)
+    if isinstance(e, A.Var):
+        return env[e.name]
+    if isinstance(e, A.Paren):
+        return _eval(e.expr, env, values, op, want)
+    if isinstance(e, A.Access):
+        arr = values[e.tensor]
+        idx = []
+        for d, i in enumerate(e.indices):
+            v = np.asarray(_eval(i, env, values, op, "i64")).astype(np.int64)
+            # Out-of-range reads happen only in branches a condition discards: clamp, never fault.
+            idx.append(np.clip(v, 0, arr.shape[d] - 1))
+        idx = np.broadcast_arrays(*idx) if idx else ()
+        return arr[tuple(idx)] if idx else arr[()]
+    if isinstance(e, A.Neg):
+        return -_eval(e.operand, env, values, op, want)
+    if isinstance(e, A.Not):
+        return np.logical_not(_eval(e.operand, env, values, op, want))
+    if isinstance(e, A.BoolOp):
+        parts = [_eval(v, env, values, op, want) for v in e.values]
+        f = np.logical_and if e.op == "and" else np.logical_or
+        out = parts[0]
+        for p in parts[1:]:
+            out = f(out, p)
+        return out
+    if isinstance(e, A.Compare):
+        ops = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal,
+               "!=": np.not_equal}
+        vals = [_eval(o, env, values, op, want) for o in e.operands]
+        out = True
+        for a, o, b in zip(vals, e.ops, vals[1:]):
+            out = np.logical_and(out, ops[o](a, b))
+        return out
+    if isinstance(e, A.IfExp):
+        cond = _eval(e.cond, env, values, op, want)
+        return np.where(cond, _eval(e.then, env, values, op, want), _eval(e.orelse, env, values, op, want))
+    if isinstance(e, A.BinOp):
+        a, b = _eval(e.left, env, values, op, want), _eval(e.right, env, values, op, want)
+        floaty = _is_float_expr(e, op) or want in D.FLOATS and not _is_int_expr(e, op)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "/":
+            return np.true_divide(a, b) if floaty else np.floor_divide(a, b)
+        if e.op == "//":
+            return np.floor_divide(a, b)
+        if e.op == "%":
+            return np.mod(a, b)
+        if e.op == "**":
+            return np.power(np.float64(a) if floaty else a, b)
+    if isinstance(e, A.Call):
+        args = [_eval(a, env, values, op, want) for a in e.args]
+        if e.func in D.TVM_DTYPE:
+            x = np.asarray(args[0])
+            if e.func in D.FLOATS:
+                return x.astype(D.numpy_dtype(e.func)).astype(np.float64) if e.func != "f64" else x.astype(np.float64)
+            if e.func == "bool":
+                return x != 0
+            return np.trunc(x).astype(np.int64).astype(D.numpy_dtype(e.func)).astype(np.int64)
+        if e.func == "erf":
+            return _erf(np.asarray(args[0], dtype=np.float64))
+        if e.func in _UNARY:
+            return _UNARY[e.func](np.asarray(args[0], dtype=np.float64) if e.func not in ("abs", "relu")
+                                  else args[0])
+        if e.func == "max":
+            return np.maximum(args[0], args[1])
+        if e.func == "min":
+            return np.minimum(args[0], args[1])
+        if e.func == "pow":
+            return np.power(np.float64(args[0]), args[1])
+    raise TypeError(f"cannot evaluate {e!r}")
+
+
+def _is_float_expr(e, op) -> bool:
+    if isinstance(e, A.Num):
+        return e.is_float
+    if isinstance(e, A.Access):
+        return op.tensors[e.tensor].dtype in D.FLOATS
+    if isinstance(e, A.Call):
+        return e.func in D.FLOATS or e.func not in D.TVM_DTYPE and e.func not in ("abs", "relu", "max", "min") or \
+            any(_is_float_expr(a, op) for a in e.args)
+    if isinstance(e, (A.BinOp,)):
+        return _is_float_expr(e.left, op) or _is_float_expr(e.right, op)
+    if isinstance(e, (A.Neg, A.Paren)):
+        return _is_float_expr(e.operand if isinstance(e, A.Neg) else e.expr, op)
+    if isinstance(e, A.IfExp):
+        return _is_float_expr(e.then, op) or _is_float_expr(e.orelse, op)
+    return False
+
+
+def _is_int_expr(e, op) -> bool:
+    if isinstance(e, A.Access):
+        return op.tensors[e.tensor].dtype in D.INTS
+    if isinstance(e, A.Call):
+        return e.func in D.INTS
+    if isinstance(e, A.BinOp):
+        return (_is_int_expr(e.left, op) or _is_int_expr(e.right, op)) and not _is_float_expr(e, op)
+    return False
+
+
+def compare(out: np.ndarray, ref: np.ndarray, dtype: str) -> dict:
+    """Max abs/rel error and whether it is within the dtype's tolerance (docs/language.md)."""
+    o = np.asarray(out).astype(np.float64)
+    r = np.asarray(ref).astype(np.float64)
+    diff = np.abs(o - r)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(r).max()) if r.size else 0.0
+    max_rel = max_abs / scale if scale else max_abs
+    if dtype in D.TOLERANCE:
+        rtol, atol = D.TOLERANCE[dtype]
+        ok = bool(np.isfinite(o).all()) and max_abs <= rtol * scale + atol
+    else:
+        ok = max_abs == 0.0
+    return {"max_abs": max_abs, "max_rel": max_rel, "ok": ok}

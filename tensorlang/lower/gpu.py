@@ -1,0 +1,114 @@
+"""Checks TVM skips for CUDA schedules (see ../shared/notes/tvm-0.27.md).
+
+TVM compiles a schedule with unbound loops silently as host code with no kernel, and
+compiles a 2048-thread block without complaint. So, on the scheduled IR:
+- every block must sit under a `blockIdx.*` and a `threadIdx.*` loop (TS401);
+- thread, vthread and shared-memory use must fit the target's limits (TS402), computed
+  here for the message and confirmed with TVM's `verify_gpu_code` on the lowered function.
+"""
+from __future__ import annotations
+
+import math
+
+from tensorlang.analysis.targets import gpu_limits
+from tensorlang.diagnostics import Diagnostic, error
+from tensorlang.lower import tir
+from tensorlang.lower.schedule import stage_name_of
+
+
+def check_gpu_schedule(sch, env, target_params: dict, span) -> list[Diagnostic]:
+    func = sch.mod["main"]
+    diags = []
+    for realize, loops in tir.block_realizes(func.body):
+        tags = [tir.thread_tag(l) or "" for l in loops]
+        has_block = any(t.startswith("blockIdx") for t in tags)
+        has_thread = any(t.startswith("threadIdx") for t in tags)
+        if has_block and has_thread:
+            continue
+        name = stage_name_of(sch, env, realize.block)
+        missing = " and ".join(k for k, ok in (("blockIdx.*", has_block), ("threadIdx.*", has_thread)) if not ok)
+        diags.append(error("TS401", f"stage {name} is not under a {missing} loop: TVM would compile it as host "
+                                    f"code with no GPU kernel; bind its outer loops, e.g. bind(l, blockIdx.x)", span))
+    if diags:
+        return diags
+    return check_gpu_limits(func, target_params, span)
+
+
+def _lowered(func):
+    import tvm
+    from tvm import s_tir, tirx
+    passes = [
+        s_tir.transform.LowerCrossThreadReduction(), s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(), s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.ManifestSharedMemoryLocalStage(), s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerMatchBuffer(), s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+        tirx.transform.NarrowDataType(32), tirx.transform.StmtSimplify(),
+        tirx.transform.VectorizeLoop(True), s_tir.transform.InjectVirtualThread(),
+        tirx.transform.StorageRewrite(), s_tir.transform.MergeSharedMemoryAllocations(),
+    ]
+    mod = tvm.ir.transform.Sequential(passes)(tvm.IRModule({"main": func}))
+    return mod["main"]
+
+
+def kernel_usage(func) -> dict:
+    """Threads per block, vthreads and shared bytes of a scheduled function."""
+    extents: dict[str, int] = {}
+    for node, _ in tir.walk(func.body):
+        tag = tir.thread_tag(node) if hasattr(node, "loop_var") else None
+        if tag:
+            extents[tag] = max(extents.get(tag, 1), tir.as_int(node.extent) or 1)
+    threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
+    vthreads = math.prod(v for k, v in extents.items() if k.startswith("vthread"))
+    shared = 0
+    try:
+        lowered = _lowered(func)
+        for node, _ in tir.walk(lowered.body):
+            buf = getattr(node, "buffer", None)
+            if buf is not None and type(node).__name__ in ("AllocBuffer", "Allocate", "DeclBuffer"):
+                if str(buf.scope()).startswith("shared") and type(node).__name__ != "DeclBuffer":
+                    n = math.prod(tir.as_int(d) or 0 for d in buf.shape)
+                    shared += n * _dtype_bytes(buf.dtype)
+    except Exception:
+        lowered = None
+    return {"threads": threads, "vthreads": vthreads, "shared_bytes": shared, "extents": extents,
+            "lowered": lowered}
+
+
+def _dtype_bytes(dtype) -> int:
+    s = str(dtype)
+    bits = int("".join(c for c in s if c.isdigit()) or 32)
+    lanes = 1
+    if "x" in s:
+        lanes = int(s.split("x")[-1])
+        bits = int("".join(c for c in s.split("x")[0] if c.isdigit()) or 32)
+    return max(bits // 8, 1) * lanes
+
+
+def check_gpu_limits(func, target_params: dict, span) -> list[Diagnostic]:
+    limits = gpu_limits(target_params)
+    arch = target_params.get("arch", "sm_90")
+    use = kernel_usage(func)
+    diags = []
+    if use["threads"] > limits["max_threads_per_block"]:
+        diags.append(error("TS402", f"a block uses {use['threads']} threads; {arch} allows at most "
+                                    f"{limits['max_threads_per_block']} per block "
+                                    f"({', '.join(f'{k}={v}' for k, v in use['extents'].items() if 'thread' in k)})",
+                           span))
+    if use["vthreads"] > limits["max_vthread"]:
+        diags.append(error("TS402", f"{use['vthreads']} virtual threads; the limit is {limits['max_vthread']}", span))
+    if use["shared_bytes"] > limits["max_shared_memory_per_block"]:
+        diags.append(error("TS402", f"a block uses {use['shared_bytes']} bytes of shared memory; {arch} allows "
+                                    f"{limits['max_shared_memory_per_block']} bytes of static shared memory per "
+                                    f"block", span))
+    if diags or use["lowered"] is None:
+        return diags
+    from tvm.s_tir.analysis import verify_gpu_code
+    constraints = {"max_threads_per_block": limits["max_threads_per_block"],
+                   "max_shared_memory_per_block": limits["max_shared_memory_per_block"],
+                   "max_vthread": limits["max_vthread"], "max_vector_bytes": 16,
+                   "max_thread_x": 1024, "max_thread_y": 1024, "max_thread_z": 64}
+    if not verify_gpu_code(use["lowered"], constraints):
+        diags.append(error("TS402", f"TVM's VerifyGPUCode rejects the kernel under the {arch} limits "
+                                    f"{constraints} (threads per block {use['threads']}, shared bytes "
+                                    f"{use['shared_bytes']})", span))
+    return diags
