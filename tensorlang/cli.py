@@ -205,6 +205,62 @@ def cmd_show(args) -> int:
     return 1 if Dg.has_errors(diags) else 0
 
 
+def cmd_demo(args) -> int:
+    """Check, lower and run every bundled example on this CPU; lower the CUDA schedules to kernels."""
+    files = args.files or sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "examples").glob("*.tsched"))
+    if not files:
+        return _fail("tensorlang demo: no example files found")
+    from tensorlang.lower.build import BuildError, emit
+    from tensorlang.lower.targets import missing_host_features, tvm_target
+    rows, notes, status = [], [], 0
+    for path in files:
+        doc = _load(path)
+        diags = api.check(doc)
+        _print_diags([d for d in diags if d.severity == "error"], doc.path)
+        if Dg.has_errors(diags):
+            status = 1
+            continue
+        cpu = [t for t in doc.model.targets.values() if not t.is_gpu and not t.builtin] or [doc.model.targets["llvm"]]
+        gpu = [t for t in doc.model.targets.values() if t.is_gpu and not t.builtin]
+        for name in doc.model.ops:
+            for t in cpu:
+                dtypes = {x.dtype for x in doc.model.ops[name].tensors.values()}
+                if missing_host_features(t, dtypes):
+                    notes.append(f"{name} on {t.name}: skipped, this host lacks {missing_host_features(t, dtypes)}")
+                    continue
+                low = api.lower_op(doc, name, t.name)
+                if not low.ok:
+                    _print_diags(low.diagnostics, doc.path)
+                    status = 1
+                    continue
+                r = api.run_lowered(low, repeat=args.repeat)
+                r.op = f"{name}@{t.name}"
+                rows.append(r)
+                status |= 0 if r.ok else 1
+            for t in gpu:
+                if doc.model.schedule_for(name, t.name) is None:
+                    continue
+                low = api.lower_op(doc, name, t.name)
+                try:
+                    src = emit(low.mod, tvm_target(t), "cuda", True) if low.ok else None
+                except BuildError as e:
+                    src, low.diagnostics = None, low.diagnostics + [Dg.error("TS406", str(e))]
+                if src is None:
+                    _print_diags(low.diagnostics, doc.path)
+                    status = 1
+                    continue
+                from tensorlang.lower.gpu import kernel_usage
+                use = kernel_usage(low.mod["main"])
+                grid = {k: v for k, v in use["extents"].items() if k.startswith("blockIdx")}
+                block = {k: v for k, v in use["extents"].items() if k.startswith("threadIdx")}
+                notes.append(f"{name} on {t.name}: CUDA kernel generated ({src.count('__global__') // 2 or 1} "
+                             f"__global__), grid {grid}, block {block}, {use['shared_bytes']} B shared memory")
+    print(format_run_table(rows))
+    for n in notes:
+        print(n)
+    return status
+
+
 # --------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorlang", description=__doc__.split("\n")[0])
@@ -247,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", required=True)
     s.add_argument("--upto", type=int, help="apply only the statements up to this line")
     s.set_defaults(func=cmd_show)
+    d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
+    d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
+    d.add_argument("--repeat", type=int, default=5)
+    d.set_defaults(func=cmd_demo)
     return p
 
 
