@@ -310,7 +310,7 @@ def parse(text: str) -> tuple[A.Module, list[Diagnostic]]:
             comments.extend(_comments_by_scan(lines, start, end))
             continue
         items.extend(tree)
-        comments.extend(A.Comment(str(t), _span_of_token(t)) for t in chunk_comments)
+        comments.extend(A.Comment(str(t).rstrip(), _span_of_token(t)) for t in chunk_comments)
     blank_lines = frozenset(n + 1 for n, line in enumerate(lines) if not line.strip())
     return A.Module(tuple(items), tuple(comments), blank_lines), diags
 
