@@ -276,20 +276,30 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def _syntax_diagnostic(exc: lark.exceptions.LarkError) -> Diagnostic:
+def _end_span(chunk: str) -> A.Span:
+    """Just after the last character of a chunk: where an unexpected end of input is reported."""
+    body = chunk.rstrip()
+    line = body.count("\n") + 1
+    col = len(body) - (body.rfind("\n") + 1) + 1
+    return A.Span(line, col, line, col)
+
+
+def _syntax_diagnostic(exc: lark.exceptions.LarkError, chunk: str) -> Diagnostic:
     if isinstance(exc, lark.exceptions.UnexpectedToken):
         tok = exc.token
         expected = _describe_expected(exc.accepts or exc.expected)
         if tok.type == "$END":
-            return error("TS003", f"unexpected end of input; expected {expected}",
-                         A.Span(exc.line, exc.column, exc.line, exc.column) if exc.line > 0 else A.NO_SPAN)
+            if "RBRACE" in (exc.accepts or exc.expected):
+                expected = "'}' to close the block"
+            return error("TS003", f"unexpected end of input; expected {expected}", _end_span(chunk))
         return error("TS001", f"unexpected {_token_text(tok)}; expected {expected}", _span_of_token(tok))
     if isinstance(exc, lark.exceptions.UnexpectedCharacters):
         allowed = _describe_expected(exc.allowed) if exc.allowed else "a token"
         return error("TS002", f"unexpected character {exc.char!r}; expected {allowed}",
                      A.Span(exc.line, exc.column, exc.line, exc.column + 1))
     if isinstance(exc, lark.exceptions.UnexpectedEOF):
-        return error("TS003", f"unexpected end of input; expected {_describe_expected(exc.expected)}")
+        return error("TS003", f"unexpected end of input; expected {_describe_expected(exc.expected)}",
+                     _end_span(chunk))
     return error("TS001", f"syntax error: {exc}")
 
 
@@ -306,7 +316,7 @@ def parse(text: str) -> tuple[A.Module, list[Diagnostic]]:
         try:
             tree = _parse_chunk(parser, chunk, chunk_comments)
         except lark.exceptions.UnexpectedInput as exc:
-            diags.append(_syntax_diagnostic(exc))
+            diags.append(_syntax_diagnostic(exc, chunk))
             comments.extend(_comments_by_scan(lines, start, end))
             continue
         items.extend(tree)
