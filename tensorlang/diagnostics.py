@@ -46,6 +46,7 @@ CODES = {
     "TS212": "unused declaration",
     "TS213": "left-hand side subscripts must be distinct index names",
     "TS214": "index out of range",
+    "TS215": "division by zero",
     # schedules
     "TS301": "unknown schedule primitive",
     "TS302": "bad arguments to a schedule primitive",

@@ -25,6 +25,7 @@ def check_module(module: A.Module) -> tuple[ModuleModel, list[Diagnostic]]:
     model = ModuleModel(module)
     diags: list[Diagnostic] = []
     seen: dict[tuple[str, str], A.Span] = {}
+    broken: set[str] = set(module.unparsed)  # declarations with errors: their uses are not reported again
 
     def define(kind: str, name: str, span: A.Span) -> bool:
         if (kind, name) in seen:
@@ -40,6 +41,8 @@ def check_module(module: A.Module) -> tuple[ModuleModel, list[Diagnostic]]:
             diags += d
             if t:
                 model.targets[item.name] = t
+            else:
+                broken.add(item.name)
         elif isinstance(item, A.Op) and define("op", item.name, item.name_span):
             op, d = check_op(item)
             diags += d
@@ -52,6 +55,8 @@ def check_module(module: A.Module) -> tuple[ModuleModel, list[Diagnostic]]:
     pairs: dict[tuple[str, str], A.Span] = {}
     for sched in module.schedules:
         ok = True
+        if sched.op in broken or sched.target in broken:
+            continue  # its op or target has a syntax error, reported already
         if sched.op not in op_names:
             diags.append(error("TS106", f"schedule for unknown operator '{sched.op}'; operators: "
                                         f"{one_of(sorted(op_names))}", sched.op_span, _close(sched.op, op_names)))
@@ -103,7 +108,8 @@ def check_target(t: A.Target) -> tuple[TargetModel | None, list[Diagnostic]]:
             continue
         params[kw.name] = value
     if t.kind == "cuda" and "arch" in params and not str(params["arch"]).startswith("sm_"):
-        diags.append(error("TS103", f"cuda arch must look like sm_90, not '{params['arch']}'", t.span))
+        arch = next(kw for kw in t.params if kw.name == "arch")
+        diags.append(error("TS103", f"cuda arch must look like sm_90, not '{params['arch']}'", arch.value.span))
     return TargetModel(t.name, t.kind, params, t.span), diags
 
 
@@ -124,6 +130,9 @@ def check_op(op: A.Op) -> tuple[OpModel | None, list[Diagnostic]]:
         if any(d <= 0 for d in p.type.shape):
             diags.append(error("TS202", f"tensor '{p.name}' has a non-positive dimension", p.type.span))
             return
+        if any(d >= 2 ** 31 for d in p.type.shape):
+            diags.append(error("TS202", f"tensor '{p.name}' has a dimension of 2**31 or more", p.type.span))
+            return
         if p.name in tensors or p.name in declared:
             diags.append(error("TS101", f"tensor '{p.name}' is already declared", p.name_span))
             return
@@ -142,17 +151,17 @@ def check_op(op: A.Op) -> tuple[OpModel | None, list[Diagnostic]]:
         return None, diags
 
     computed: set[str] = {p.name for p in op.inputs}
+    failed: set[str] = set()  # stages with errors: reads of them are not reported again
     stages: list[StageModel] = []
     ok = True
-    for st in op.stages:
-        sm, d = _check_stage(st, tensors, declared, computed)
+    for n, st in enumerate(op.stages):
+        later = {s.tensor for s in op.stages[n + 1:]}
+        sm, d = _check_stage(st, tensors, declared, computed, failed, later)
         diags += d
         if sm is None:
             ok = False
             # Keep going: later stages still get checked against what is known.
-            if st.tensor not in tensors and st.tensor in declared:
-                p = declared[st.tensor]
-                tensors[st.tensor] = Tensor(p.name, p.type.dtype, p.type.shape, "intermediate", p.name_span)
+            failed.add(st.tensor)
             computed.add(st.tensor)
             continue
         stages.append(sm)
@@ -173,8 +182,9 @@ def check_op(op: A.Op) -> tuple[OpModel | None, list[Diagnostic]]:
 
 class _StageChecker:
     def __init__(self, st: A.Stage, tensors: dict[str, Tensor], declared: dict[str, A.TensorParam],
-                 computed: set[str]):
+                 computed: set[str], failed: set[str], later: set[str]):
         self.st, self.tensors, self.declared, self.computed = st, tensors, declared, computed
+        self.failed, self.later = failed, later
         self.diags: list[Diagnostic] = []
         # index name -> list of (extent, where, span)
         self.extent_sources: dict[str, list[tuple[int, str, A.Span]]] = {}
@@ -182,28 +192,33 @@ class _StageChecker:
         self.order: list[str] = []  # indices in order of first appearance on the right
 
     def err(self, code, msg, span, alts=()):
+        # code "" marks the stage as failed without reporting (a tensor it reads had an error already)
         self.diags.append(error(code, msg, span, alts))
 
+    @property
+    def reported(self):
+        return [d for d in self.diags if d.code]
 
-def _check_stage(st: A.Stage, tensors, declared, computed):
-    c = _StageChecker(st, tensors, declared, computed)
+
+def _check_stage(st: A.Stage, tensors, declared, computed, failed=frozenset(), later=frozenset()):
+    c = _StageChecker(st, tensors, declared, computed, failed, later)
     # --- left-hand side
-    if st.tensor in computed:
+    if st.tensor in computed and st.tensor not in failed:
         what = "an input" if tensors.get(st.tensor) and tensors[st.tensor].role == "input" else "already computed"
         c.err("TS208", f"'{st.tensor}' is {what}; each tensor is written by one stage", st.name_span)
-        return None, c.diags
+        return None, c.reported
     lhs_names = []
     for idx in st.indices:
         e = A.strip_parens(idx)
         if not isinstance(e, A.Var):
             c.err("TS213", "left-hand side subscripts must be index names, e.g. T[i, j]", idx.span)
-            return None, c.diags
+            return None, c.reported
         if e.name in lhs_names:
             c.err("TS213", f"index '{e.name}' appears twice on the left-hand side", idx.span)
-            return None, c.diags
+            return None, c.reported
         if e.name in tensors or e.name in declared:
             c.err("TS213", f"'{e.name}' is a tensor, not an index name", idx.span)
-            return None, c.diags
+            return None, c.reported
         lhs_names.append(e.name)
     target_shape = None
     if st.tensor in tensors:
@@ -214,13 +229,13 @@ def _check_stage(st: A.Stage, tensors, declared, computed):
         if len(target_shape) != len(st.indices):
             c.err("TS201", f"'{st.tensor}' has {len(target_shape)} dimensions; {len(st.indices)} subscripts given",
                   st.name_span)
-            return None, c.diags
+            return None, c.reported
         for pos, (name, idx) in enumerate(zip(lhs_names, st.indices)):
             c.extent_sources.setdefault(name, []).append((target_shape[pos], f"{where}'s dimension {pos}", idx.span))
     # --- right-hand side: collect index uses and extents
     _walk_indices(c, st.rhs, in_subscript=False)
     if c.diags:
-        return None, c.diags
+        return None, c.reported
     extents: dict[str, int] = {}
     for name in lhs_names + [n for n in c.order if n not in lhs_names]:
         sources = c.extent_sources.get(name, [])
@@ -242,7 +257,7 @@ def _check_stage(st: A.Stage, tensors, declared, computed):
                                f"from {owhere}", ospan)
         extents[name] = ext
     if c.diags:
-        return None, c.diags
+        return None, c.reported
     reduce_names = [n for n in c.order if n not in lhs_names]
     reducer = REDUCERS[st.op]
     if reducer is None and reduce_names:
@@ -250,18 +265,18 @@ def _check_stage(st: A.Stage, tensors, declared, computed):
         c.err("TS205", f"index '{name}' occurs only on the right of a plain '=' stage; a reduction needs "
                        f"'+=', 'max=' or 'min=' (or add '{name}' to the left-hand side)", c.first_use[name],
               [f"{st.tensor}[...] += ...", f"{st.tensor}[...] max= ...", f"{st.tensor}[...] min= ..."])
-        return None, c.diags
+        return None, c.reported
     if reducer is not None and not reduce_names:
         c.err("TS204", f"'{st.op}' needs a reduction index (one that occurs only on the right); this stage is "
                        f"elementwise: use '='", st.op_span, ["="])
-        return None, c.diags
+        return None, c.reported
     # --- bounds of subscripts
     _check_bounds(c, st.rhs, extents, guarded=False)
     # --- types
     env = _TypeEnv(tensors, extents)
     rhs_type = _type_of(c, st.rhs, env)
     if c.diags:
-        return None, c.diags
+        return None, c.reported
     if st.tensor in tensors:
         dtype = tensors[st.tensor].dtype
     elif st.tensor in declared:
@@ -271,17 +286,17 @@ def _check_stage(st: A.Stage, tensors, declared, computed):
     if rhs_type not in (D.WEAK_INT, D.WEAK_FLOAT, D.INDEX) and rhs_type != dtype:
         c.err("TS210", f"'{st.tensor}' is {dtype} but the right-hand side is {rhs_type}; convert it with "
                        f"{dtype}(...)", st.rhs.span, [f"{dtype}(...)"])
-        return None, c.diags
+        return None, c.reported
     if rhs_type == D.BOOL and dtype != "bool":
         c.err("TS210", f"'{st.tensor}' is {dtype} but the right-hand side is a condition", st.rhs.span)
-        return None, c.diags
+        return None, c.reported
     shape = tuple(extents[n] for n in lhs_names)
     if st.tensor not in tensors:
         tensors[st.tensor] = Tensor(st.tensor, dtype, shape, "intermediate", st.name_span)
     spatial = tuple(Index(n, extents[n], "spatial") for n in lhs_names)
     reduce = tuple(Index(n, extents[n], "reduce") for n in reduce_names)
     flops = _count_flops(st.rhs) + (1 if reducer else 0)
-    return StageModel(st, st.tensor, spatial, reduce, reducer, dtype, max(flops, 1)), c.diags
+    return StageModel(st, st.tensor, spatial, reduce, reducer, dtype, max(flops, 1)), c.reported
 
 
 def _walk_indices(c: _StageChecker, e: A.Expr, in_subscript: bool):
@@ -320,6 +335,12 @@ def _tensor_shape(c: _StageChecker, e: A.Access):
         c.err("TS207", f"stage '{e.tensor}' reads its own output; write the reduction with '+=', 'max=' or 'min='",
               e.name_span)
         return None
+    if e.tensor in c.failed:
+        c.err("", "", e.span)  # marks the stage as failed without a second report (filtered below)
+        return None
+    if e.tensor in c.later and e.tensor not in c.computed:
+        c.err("TS207", f"'{e.tensor}' is used before the stage that computes it", e.name_span)
+        return None
     if e.tensor not in c.tensors and e.tensor not in c.declared:
         known = sorted(c.tensors) + sorted(c.declared)
         c.err("TS104", f"unknown tensor '{e.tensor}'; tensors: {one_of(known)}", e.name_span,
@@ -352,7 +373,7 @@ def _children(e: A.Expr):
     if isinstance(e, A.BoolOp):
         return e.values
     if isinstance(e, A.IfExp):
-        return (e.cond, e.then, e.orelse)
+        return (e.then, e.cond, e.orelse)  # source order: `then if cond else orelse`
     return ()
 
 
@@ -406,12 +427,20 @@ def _check_bounds(c: _StageChecker, e: A.Expr, extents, guarded: bool):
                                    f"(extent {shape[pos]}: 0..{shape[pos] - 1})", idx.span)
                 continue
             r = index_range(idx, extents)
+            if r is not None and r[0] == r[1] and not _has_var(idx) and not 0 <= r[0] < shape[pos]:
+                c.err("TS203", f"constant index {r[0]} is out of range for {e.tensor}'s dimension {pos} "
+                               f"(extent {shape[pos]}: 0..{shape[pos] - 1})", idx.span)
+                continue
             if r is not None and not guarded and (r[0] < 0 or r[1] >= shape[pos]):
                 from tensorlang.parser.printer import format_expr
                 c.err("TS214", f"index {format_expr(idx)} ranges over {r[0]}..{r[1]} but {e.tensor}'s dimension "
                                f"{pos} has extent {shape[pos]}; guard it with `... if cond else 0.0`", idx.span)
     for child in _children(e):
         _check_bounds(c, child, extents, guarded)
+
+
+def _has_var(e: A.Expr) -> bool:
+    return isinstance(e, A.Var) or any(_has_var(ch) for ch in _children(e))
 
 
 # ------------------------------------------------------------------- types
@@ -447,6 +476,8 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
         return _type_of(c, e.expr, env)
     if isinstance(e, A.Access):
         for idx in e.indices:
+            if isinstance(A.strip_parens(idx), A.Num):
+                continue  # constants are checked with the bounds
             t = _type_of(c, idx, env)
             if t not in (D.INDEX, D.WEAK_INT) and t not in D.INTS:
                 c.err("TS211", f"subscripts must be integers; this one is {t}", idx.span)
@@ -484,6 +515,9 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
             c.err("TS210", f"arithmetic on a condition", e.span)
         if e.op in ("//", "%") and D.is_float(t):
             c.err("TS210", f"'{e.op}' needs integers; this is {t}", e.span)
+        divisor = A.strip_parens(e.right)
+        if e.op in ("/", "//", "%") and isinstance(divisor, A.Num) and divisor.value == 0:
+            c.err("TS215", f"division by zero", e.right.span)
         return t
     if isinstance(e, A.Call):
         types = [_type_of(c, a, env) for a in e.args]

@@ -313,8 +313,10 @@ def condense_tvm_error(text: str) -> str:
     m = re.search(r"Error message:\s*(.+)", text, re.S)
     msg = m.group(1) if m else text.strip().splitlines()[-1] if text.strip() else "rejected"
     msg = msg.strip().split("\n")[0]
-    msg = re.sub(r"s_tir\.SBlock#\d+", "the stage", msg)
-    msg = re.sub(r"s_tir\.For#\d+", "the loop", msg)
+    msg = re.sub(r"\b[\w.]*SBlock#\d+", "the stage", msg)
+    msg = re.sub(r"\b[\w.]*For#\d+", "the loop", msg)
+    msg = re.sub(r"(the stage|the loop)(?=the )", r"\1, ", msg)
+    msg = re.sub(r":(?=\S)", ": ", msg)
     msg = re.sub(r"^(ScheduleError|ValueError|TVMError|InternalError):\s*", "", msg)
     return msg[:300]
 

@@ -18,6 +18,20 @@ def _span():
     return field(default=NO_SPAN, compare=False, repr=False, hash=False)
 
 
+def unquote(text: str) -> str:
+    """A string literal's value: backslash escapes \\ \" \n \t; any other backslash stays as written."""
+    body, out, i = text[1:-1], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] in '\\"nt':
+            out.append({"n": "\n", "t": "\t"}.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
 # ---------------------------------------------------------------- expressions
 @dataclass(frozen=True)
 class Num:
@@ -130,7 +144,7 @@ class Literal:
         if self.kind == "float":
             return float(self.text)
         if self.kind == "str":
-            return bytes(self.text[1:-1], "utf-8").decode("unicode_escape")
+            return unquote(self.text)
         return self.text
 
 
@@ -240,7 +254,7 @@ class Const:
             return int(self.text)
         if self.kind == "float":
             return float(self.text)
-        return bytes(self.text[1:-1], "utf-8").decode("unicode_escape")
+        return unquote(self.text)
 
 
 @dataclass(frozen=True)
@@ -299,6 +313,8 @@ class Module:
     """A parsed file. `items` are in source order; `comments` are kept for `fmt`."""
     items: tuple[Item, ...]
     comments: tuple[Comment, ...] = ()
+    # Names of ops and targets whose declarations failed to parse: uses of them are not reported again.
+    unparsed: frozenset[str] = field(default=frozenset(), compare=False, repr=False, hash=False)
     # 1-based numbers of the source's blank lines: `fmt` keeps one where the source had any.
     blank_lines: frozenset[int] = field(default=frozenset(), compare=False, repr=False, hash=False)
 

@@ -9,6 +9,7 @@ a missing `}` be recovered from at the next unindented declaration).
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,9 @@ from lark import Lark, Token, Transformer, v_args
 
 from tensorlang.diagnostics import Diagnostic, error
 from tensorlang.parser import ast as A
+
+# Nested expressions are transformed recursively: allow a few thousand levels (a 500-term sum is fine).
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))
 
 GRAMMAR_PATH = Path(__file__).resolve().parent.parent / "grammar.lark"
 
@@ -238,6 +242,7 @@ def _literal_from_token(t) -> A.Literal:
     return A.Literal(kind, str(t), _span_of_token(t))
 
 
+_DECL_NAME = re.compile(r"^\s*(?:op|target)\s+([A-Za-z_]\w*)", re.M)
 _TOP_KEYWORD = re.compile(r"^(\s*)(target|op|schedule|@)\b|^(\s*)@")
 
 
@@ -310,19 +315,27 @@ def parse(text: str) -> tuple[A.Module, list[Diagnostic]]:
     items: list[A.Item] = []
     diags: list[Diagnostic] = []
     comments: list[A.Comment] = []
+    unparsed: set[str] = set()
     for start, end in _chunks(text):
         chunk = "\n" * start + "\n".join(lines[start:end])
         chunk_comments: list[Token] = []
         try:
             tree = _parse_chunk(parser, chunk, chunk_comments)
+        except RecursionError:
+            diags.append(error("TS001", "expression nested too deeply", A.Span(start + 1, 1, start + 1, 1)))
+            unparsed.update(m.group(1) for m in [_DECL_NAME.search("\n".join(lines[start:end]))] if m)
+            continue
         except lark.exceptions.UnexpectedInput as exc:
             diags.append(_syntax_diagnostic(exc, chunk))
             comments.extend(_comments_by_scan(lines, start, end))
+            m = _DECL_NAME.search("\n".join(lines[start:end]))
+            if m:
+                unparsed.add(m.group(1))
             continue
         items.extend(tree)
         comments.extend(A.Comment(str(t).rstrip(), _span_of_token(t)) for t in chunk_comments)
     blank_lines = frozenset(n + 1 for n, line in enumerate(lines) if not line.strip())
-    return A.Module(tuple(items), tuple(comments), blank_lines), diags
+    return A.Module(tuple(items), tuple(comments), frozenset(unparsed), blank_lines), diags
 
 
 def _parse_chunk(parser: Lark, chunk: str, out_comments: list) -> list:
