@@ -227,8 +227,8 @@ def _check_stage(st: A.Stage, tensors, declared, computed, failed=frozenset(), l
         target_shape, where = declared[st.tensor].type.shape, st.tensor
     if target_shape is not None:
         if len(target_shape) != len(st.indices):
-            c.err("TS201", f"'{st.tensor}' has {len(target_shape)} dimensions; {len(st.indices)} subscripts given",
-                  st.name_span)
+            c.err("TS201", f"'{st.tensor}' has {_n(len(target_shape), 'dimension')}; "
+                           f"{_n(len(st.indices), 'subscript')} given", st.name_span)
             return None, c.reported
         for pos, (name, idx) in enumerate(zip(lhs_names, st.indices)):
             c.extent_sources.setdefault(name, []).append((target_shape[pos], f"{where}'s dimension {pos}", idx.span))
@@ -437,6 +437,10 @@ def _check_bounds(c: _StageChecker, e: A.Expr, extents, guarded: bool):
                                f"{pos} has extent {shape[pos]}; guard it with `... if cond else 0.0`", idx.span)
     for child in _children(e):
         _check_bounds(c, child, extents, guarded)
+
+
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}{'' if k == 1 else 's'}"
 
 
 def _has_var(e: A.Expr) -> bool:

@@ -18,17 +18,19 @@ from tensorlang.lower.schedule import stage_name_of
 
 def check_gpu_schedule(sch, env, target_params: dict, span) -> list[Diagnostic]:
     func = sch.mod["main"]
-    diags = []
+    unbound: dict[str, list[str]] = {}  # what is missing -> stages
     for realize, loops in tir.block_realizes(func.body):
         tags = [tir.thread_tag(l) or "" for l in loops]
-        has_block = any(t.startswith("blockIdx") for t in tags)
-        has_thread = any(t.startswith("threadIdx") for t in tags)
-        if has_block and has_thread:
-            continue
-        name = stage_name_of(sch, env, realize.block)
-        missing = " and ".join(k for k, ok in (("blockIdx.*", has_block), ("threadIdx.*", has_thread)) if not ok)
-        diags.append(error("TS401", f"stage {name} is not under a {missing} loop: TVM would compile it as host "
-                                    f"code with no GPU kernel; bind its outer loops, e.g. bind(l, blockIdx.x)", span))
+        missing = " and ".join(k for k, ok in (("blockIdx.*", any(t.startswith("blockIdx") for t in tags)),
+                                               ("threadIdx.*", any(t.startswith("threadIdx") for t in tags)))
+                               if not ok)
+        if missing:
+            unbound.setdefault(missing, []).append(stage_name_of(sch, env, realize.block))
+    diags = [error("TS401", f"{'stage' if len(names) == 1 else 'stages'} {', '.join(names)} "
+                            f"{'is' if len(names) == 1 else 'are'} not under a {missing} loop: TVM would compile "
+                            f"{'it' if len(names) == 1 else 'them'} as host code with no GPU kernel; bind the outer "
+                            f"loops, e.g. bind(l, blockIdx.x)", span)
+             for missing, names in unbound.items()]
     if diags:
         return diags
     return check_gpu_limits(func, target_params, span)

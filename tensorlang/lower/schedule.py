@@ -34,6 +34,7 @@ class NameEnv:
     stages: dict = field(default_factory=dict)  # name -> SBlockRV
     loops: dict = field(default_factory=dict)  # name -> LoopRV
     gone: dict = field(default_factory=dict)  # name -> why it no longer exists
+    op_stages: tuple = ()  # the op's stage models, for the source loop names (C.i, C.k)
 
 
 @dataclass
@@ -54,7 +55,7 @@ def new_schedule(mod):
 
 
 def initial_env(sch, op_model) -> NameEnv:
-    env = NameEnv()
+    env = NameEnv(op_stages=op_model.stages)
     for st in op_model.stages:
         env.stages[st.tensor] = sch.get_sblock(st.tensor)
     return env
@@ -166,6 +167,10 @@ def resolve_loop(sch, env: NameEnv, ref: A.Ref):
         if display == ref.text or display == idx or sch.get(rv).loop_var.name == idx:
             return rv
     choices = [d for d, _ in names]
+    op_stage = next((st for st in env.op_stages if st.tensor == stage), None)
+    if op_stage is not None and idx in [i.name for i in op_stage.loops]:
+        raise StmtError(error("TS305", f"loop {ref.text} no longer exists: an earlier statement replaced it; "
+                                       f"{stage}'s loops now: {one_of(choices)}", ref.span, choices))
     raise StmtError(error("TS304", f"stage {stage} has no loop '{idx}'; its loops: {one_of(choices)}", ref.span,
                           _close(ref.text, choices) or choices))
 
