@@ -118,19 +118,28 @@ def all_stage_names(sch, env: NameEnv) -> list[str]:
     return names
 
 
+def _bound(sch, env: NameEnv, table: dict, kind: str, ref: A.Ref):
+    """The RV a name is bound to in `table`; TS305 if it (or a name like it) no longer exists; None if unbound."""
+    name = ref.parts[0]
+    if name in table:
+        rv = table[name]
+        if _valid(sch, rv):
+            return rv
+        raise StmtError(error("TS305", f"{kind} '{name}' no longer exists: {env.gone.get(name, 'it was removed')}",
+                              ref.span))
+    if name in env.gone:
+        raise StmtError(error("TS305", f"{kind} '{name}' no longer exists: {env.gone[name]}", ref.span))
+    return None
+
+
 def resolve_stage(sch, env: NameEnv, ref: A.Ref):
     if len(ref.parts) != 1:
         raise StmtError(error("TS303", f"'{ref.text}' is a loop; a stage is needed here; stages: "
                                        f"{one_of(all_stage_names(sch, env))}", ref.span, all_stage_names(sch, env)))
     name = ref.parts[0]
-    if name in env.stages:
-        rv = env.stages[name]
-        if not _valid(sch, rv):
-            raise StmtError(error("TS305", f"stage '{name}' no longer exists: {env.gone.get(name, 'it was removed')}",
-                                  ref.span))
+    rv = _bound(sch, env, env.stages, "stage", ref)
+    if rv is not None:
         return rv
-    if name in env.gone:
-        raise StmtError(error("TS305", f"stage '{name}' no longer exists: {env.gone[name]}", ref.span))
     try:  # a block name TVM made (C_init, C_local, ...)
         return sch.get_sblock(name)
     except Exception:
@@ -145,14 +154,9 @@ def resolve_stage(sch, env: NameEnv, ref: A.Ref):
 def resolve_loop(sch, env: NameEnv, ref: A.Ref):
     if len(ref.parts) == 1:
         name = ref.parts[0]
-        if name in env.loops:
-            rv = env.loops[name]
-            if not _valid(sch, rv):
-                raise StmtError(error("TS305", f"loop '{name}' no longer exists: {env.gone.get(name, 'it was removed')}",
-                                      ref.span))
+        rv = _bound(sch, env, env.loops, "loop", ref)
+        if rv is not None:
             return rv
-        if name in env.gone:
-            raise StmtError(error("TS305", f"loop '{name}' no longer exists: {env.gone[name]}", ref.span))
         choices = all_loop_names(sch, env)
         what = f"; '{name}' is a stage, write {name}.<index>" if name in env.stages else ""
         raise StmtError(error("TS304", f"unknown loop '{name}'{what}; loops: {one_of(choices)}", ref.span,
