@@ -453,6 +453,16 @@ class _TypeEnv:
         self.tensors, self.extents = tensors, extents
 
 
+class _Silent:
+    def err(self, *args, **kwargs):
+        pass
+
+
+def expr_type(e: A.Expr, tensors: dict[str, Tensor]) -> str:
+    """The type of an expression of a checked stage, by the checker's own rules (nothing reported)."""
+    return _type_of(_Silent(), e, _TypeEnv(tensors, {}))
+
+
 def unify(a: str, b: str) -> str | None:
     """The type of `a op b`, or None when two strong types disagree."""
     weak = (D.WEAK_INT, D.INDEX, D.WEAK_FLOAT)

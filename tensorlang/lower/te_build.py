@@ -7,7 +7,7 @@ Spatial loops follow the left-hand side's order, reduction loops their first app
 from __future__ import annotations
 
 from tensorlang.analysis import dtypes as D
-from tensorlang.analysis.check import unify
+from tensorlang.analysis.check import expr_type, unify
 from tensorlang.analysis.model import OpModel, StageModel
 from tensorlang.parser import ast as A
 
@@ -69,32 +69,7 @@ class _ExprBuilder:
         self.op, self.tensors, self.env = op, tensors, env
 
     def type_of(self, e: A.Expr) -> str:
-        if isinstance(e, A.Num):
-            return D.WEAK_FLOAT if e.is_float else D.WEAK_INT
-        if isinstance(e, A.Var):
-            return D.INDEX
-        if isinstance(e, A.Paren):
-            return self.type_of(e.expr)
-        if isinstance(e, A.Access):
-            return self.op.tensors[e.tensor].dtype
-        if isinstance(e, A.Neg):
-            return self.type_of(e.operand)
-        if isinstance(e, (A.Not, A.BoolOp, A.Compare)):
-            return D.BOOL
-        if isinstance(e, A.IfExp):
-            return unify(self.type_of(e.then), self.type_of(e.orelse))
-        if isinstance(e, A.BinOp):
-            return unify(self.type_of(e.left), self.type_of(e.right))
-        if isinstance(e, A.Call):
-            if e.func in D.TVM_DTYPE:
-                return e.func
-            types = [self.type_of(a) for a in e.args]
-            if e.func in ("max", "min", "pow"):
-                return unify(types[0], types[1])
-            if e.func in ("abs", "relu"):
-                return types[0]
-            return D.WEAK_FLOAT if types[0] in (D.INDEX, D.WEAK_INT) else types[0]
-        raise TypeError(e)
+        return expr_type(e, self.op.tensors)
 
     def emit(self, e: A.Expr, want: str):
         """Emit `e` converted to dtype `want` (a concrete language dtype)."""
