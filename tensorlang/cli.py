@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", required=True)
     s.add_argument("--upto", type=int, help="apply only the statements up to this line")
     s.set_defaults(func=cmd_show)
+    ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
+    ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())
+
     d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
     d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
     d.add_argument("--repeat", type=int, default=5)
