@@ -118,7 +118,13 @@ def lower_op(doc: Document, op_name: str, target_name: str, policy: str | None =
     if op.ast.is_auto or policy is not None:
         from tensorlang.baselines import generate
         gen = generate(policy or "auto", doc.primfunc(op_name), op, target)
-        return Lowered(op, target, gen.mod, gen.policy, gen.diagnostics, gen.schedule_text)
+        diags = list(gen.diagnostics)
+        if gen.mod is not None and target.is_gpu:
+            # A generated GPU schedule gets the same checks as a written one.
+            from tensorlang.lower.gpu import check_gpu_schedule
+            from tensorlang.lower.schedule import NameEnv, new_schedule
+            diags += check_gpu_schedule(new_schedule(gen.mod), NameEnv(), target.params, op.ast.name_span)
+        return Lowered(op, target, gen.mod, gen.policy, diags, gen.schedule_text)
     if target.is_gpu:
         have = sorted(s.target for s in doc.ast.schedules if s.op == op_name)
         msg = (f"operator '{op_name}' has no schedule for GPU target '{target_name}'; "
@@ -158,12 +164,16 @@ def run_lowered(low: Lowered, repeat: int = 5, seed: int = 0) -> RunResult:
 
     op = low.op
     inputs = interp.random_inputs(op, seed)
+    nan = float("nan")
     try:
         lib = compile_module(low.mod, tvm_target(low.target))
     except BuildError as e:
-        return RunResult(op.name, low.policy, False, float("nan"), float("nan"), float("nan"), 0.0, f"build: {e}")
-    outputs, median_s = time_function(lib, op, inputs, repeat=repeat)
-    ref = interp.reference_outputs(op, inputs)
+        return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, f"build: {e}")
+    try:
+        outputs, median_s = time_function(lib, op, inputs, repeat=repeat)
+        ref = interp.reference_outputs(op, inputs)
+    except Exception as e:  # one operator's failure must not hide the others' results
+        return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, f"TS900 internal error: {type(e).__name__}: {e}")
     worst = {"max_abs": 0.0, "max_rel": 0.0, "ok": True}
     for t in op.outputs:
         c = interp.compare(outputs[t.name], ref[t.name], t.dtype)

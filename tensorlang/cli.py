@@ -160,7 +160,12 @@ def cmd_run(args) -> int:
         return 1
     rows, status = [], 0
     for name in _ops(doc, args.op):
-        low = _lower_and_report(doc, name, args.target, args.policy)
+        try:
+            low = _lower_and_report(doc, name, args.target, args.policy)
+        except Exception as e:  # one operator's internal error must not hide the others' rows
+            print(f"{doc.path}: error: TS900 internal error lowering {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            status = 1
+            continue
         if not low.ok:
             status = 1
             continue

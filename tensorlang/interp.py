@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from tensorlang.analysis import dtypes as D
+from tensorlang.analysis.check import expr_type
 from tensorlang.analysis.model import OpModel, StageModel
 from tensorlang.parser import ast as A
 
@@ -71,9 +72,10 @@ def _stage(op: OpModel, st: StageModel, values) -> np.ndarray:
     rsize = math.prod(i.extent for i in reduce)
     inner = math.prod(shape[1:]) * rsize if shape else rsize
     step = max(1, CHUNK_ELEMENTS // max(inner, 1))
-    first = shape[0] if shape else 1
-    for lo in range(0, first, step):
-        hi = min(first, lo + step)
+    if not shape:  # a scalar output: one chunk
+        out[()] = _chunk(op, st, values, 0, 1, is_float)
+    for lo in range(0, shape[0] if shape else 0, step):
+        hi = min(shape[0], lo + step)
         out[lo:hi] = _chunk(op, st, values, lo, hi, is_float)
     if not is_float:
         out = out.astype(D.numpy_dtype(st.dtype)).astype(np.int64)  # wrap as the kernel's store does
@@ -144,21 +146,16 @@ def _eval(e: A.Expr, env, values, op: OpModel, want: str):
         return np.where(cond, _eval(e.then, env, values, op, want), _eval(e.orelse, env, values, op, want))
     if isinstance(e, A.BinOp):
         a, b = _eval(e.left, env, values, op, want), _eval(e.right, env, values, op, want)
-        floaty = _is_float_expr(e, op) or want in D.FLOATS and not _is_int_expr(e, op)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "/":
-            return np.true_divide(a, b) if floaty else np.floor_divide(a, b)
-        if e.op == "//":
-            return np.floor_divide(a, b)
-        if e.op == "%":
-            return np.mod(a, b)
-        if e.op == "**":
-            return np.power(np.float64(a) if floaty else a, b)
+        t = expr_type(e, op.tensors)
+        if D.is_float(t):
+            return {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+                    "**": np.power}[e.op](np.float64(a) if np.isscalar(a) else a, b)
+        # Integer arithmetic (indices, literals, integer tensors): `/` floors, as in the kernel,
+        # and a strongly typed result wraps to its dtype after every operation, as the kernel's does.
+        r = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.floor_divide, "//": np.floor_divide,
+             "%": np.mod}[e.op](np.int64(a) if np.isscalar(a) else np.asarray(a, dtype=np.int64),
+                                np.int64(b) if np.isscalar(b) else np.asarray(b, dtype=np.int64))
+        return _wrap(r, t)
     if isinstance(e, A.Call):
         args = [_eval(a, env, values, op, want) for a in e.args]
         if e.func in D.TVM_DTYPE:
@@ -182,31 +179,10 @@ def _eval(e: A.Expr, env, values, op: OpModel, want: str):
     raise TypeError(f"cannot evaluate {e!r}")
 
 
-def _is_float_expr(e, op) -> bool:
-    if isinstance(e, A.Num):
-        return e.is_float
-    if isinstance(e, A.Access):
-        return op.tensors[e.tensor].dtype in D.FLOATS
-    if isinstance(e, A.Call):
-        return e.func in D.FLOATS or e.func not in D.TVM_DTYPE and e.func not in ("abs", "relu", "max", "min") or \
-            any(_is_float_expr(a, op) for a in e.args)
-    if isinstance(e, (A.BinOp,)):
-        return _is_float_expr(e.left, op) or _is_float_expr(e.right, op)
-    if isinstance(e, (A.Neg, A.Paren)):
-        return _is_float_expr(e.operand if isinstance(e, A.Neg) else e.expr, op)
-    if isinstance(e, A.IfExp):
-        return _is_float_expr(e.then, op) or _is_float_expr(e.orelse, op)
-    return False
-
-
-def _is_int_expr(e, op) -> bool:
-    if isinstance(e, A.Access):
-        return op.tensors[e.tensor].dtype in D.INTS
-    if isinstance(e, A.Call):
-        return e.func in D.INTS
-    if isinstance(e, A.BinOp):
-        return (_is_int_expr(e.left, op) or _is_int_expr(e.right, op)) and not _is_float_expr(e, op)
-    return False
+def _wrap(x, dtype: str):
+    if dtype in D.INTS:
+        return np.asarray(x).astype(D.numpy_dtype(dtype)).astype(np.int64)
+    return x
 
 
 def compare(out: np.ndarray, ref: np.ndarray, dtype: str) -> dict:

@@ -119,6 +119,8 @@ def check_op(op: A.Op) -> tuple[OpModel | None, list[Diagnostic]]:
     for dec in op.decorators:
         if dec.name != "auto":
             diags.append(error("TS110", f"unknown decorator '@{dec.name}'; known: @auto", dec.span))
+        elif dec.params:
+            diags.append(error("TS110", "@auto takes no parameters (the policy is chosen with --policy)", dec.span))
     tensors: dict[str, Tensor] = {}
     declared: dict[str, A.TensorParam] = {}
 
@@ -287,8 +289,9 @@ def _check_stage(st: A.Stage, tensors, declared, computed, failed=frozenset(), l
         c.err("TS210", f"'{st.tensor}' is {dtype} but the right-hand side is {rhs_type}; convert it with "
                        f"{dtype}(...)", st.rhs.span, [f"{dtype}(...)"])
         return None, c.reported
-    if rhs_type == D.BOOL and dtype != "bool":
-        c.err("TS210", f"'{st.tensor}' is {dtype} but the right-hand side is a condition", st.rhs.span)
+    if rhs_type == D.WEAK_FLOAT and dtype not in D.FLOATS:
+        c.err("TS210", f"'{st.tensor}' is {dtype} but the right-hand side is a floating-point value; convert it "
+                       f"with {dtype}(...)", st.rhs.span, [f"{dtype}(...)"])
         return None, c.reported
     shape = tuple(extents[n] for n in lhs_names)
     if st.tensor not in tensors:
@@ -529,6 +532,8 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
             c.err("TS210", f"arithmetic on a condition", e.span)
         if e.op in ("//", "%") and D.is_float(t):
             c.err("TS210", f"'{e.op}' needs integers; this is {t}", e.span)
+        if e.op == "**" and not D.is_float(t):
+            c.err("TS210", f"'**' needs floating-point operands; this is {t}: convert one, e.g. f32(...)", e.span)
         divisor = A.strip_parens(e.right)
         if e.op in ("/", "//", "%") and isinstance(divisor, A.Num) and divisor.value == 0:
             c.err("TS215", f"division by zero", e.right.span)
@@ -542,6 +547,8 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
             if t is None and len(types) == 2:
                 c.err("TS210", f"{e.func} of {types[0]} and {types[1]}", e.span)
                 return types[0]
+            if e.func == "pow" and t is not None and not D.is_float(t):
+                c.err("TS210", f"pow needs floating-point arguments; this is {t}: convert one, e.g. f32(...)", e.span)
             return t or types[0]
         if e.func in ("abs", "relu"):
             return types[0]
@@ -554,7 +561,9 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
 
 
 def _strong(a, b):
-    return a if a in D.TVM_DTYPE else b if b in D.TVM_DTYPE else "f32"
+    """The dtype to suggest converting to: the operands' numeric dtype, else f32."""
+    numeric = [t for t in (a, b) if t in D.TVM_DTYPE and t != D.BOOL]
+    return numeric[0] if numeric else "f32"
 
 
 def _expect_bool(c, e, env):

@@ -19,6 +19,7 @@ from tensorlang.lower.schedule import stage_name_of
 def check_gpu_schedule(sch, env, target_params: dict, span) -> list[Diagnostic]:
     func = sch.mod["main"]
     unbound: dict[str, list[str]] = {}  # what is missing -> stages
+    outside: dict[str, str] = {}  # stage -> a host loop above its blockIdx loop
     for realize, loops in tir.block_realizes(func.body):
         tags = [tir.thread_tag(l) or "" for l in loops]
         missing = " and ".join(k for k, ok in (("blockIdx.*", any(t.startswith("blockIdx") for t in tags)),
@@ -26,11 +27,21 @@ def check_gpu_schedule(sch, env, target_params: dict, span) -> list[Diagnostic]:
                                if not ok)
         if missing:
             unbound.setdefault(missing, []).append(stage_name_of(sch, env, realize.block))
+            continue
+        # A serial loop above the kernel's blockIdx loop runs on the host: the kernel is launched once per
+        # iteration, each launch redoing the same work or racing on the outputs.
+        first = next(n for n, t in enumerate(tags) if t.startswith("blockIdx"))
+        host = [l for l in loops[:first] if not tags[loops.index(l)] and (tir.as_int(l.extent) or 2) > 1]
+        if host:
+            outside.setdefault(stage_name_of(sch, env, realize.block), host[0].loop_var.name)
     diags = [error("TS401", f"{'stage' if len(names) == 1 else 'stages'} {', '.join(names)} "
                             f"{'is' if len(names) == 1 else 'are'} not under a {missing} loop: TVM would compile "
                             f"{'it' if len(names) == 1 else 'them'} as host code with no GPU kernel; bind the outer "
                             f"loops, e.g. bind(l, blockIdx.x)", span)
              for missing, names in unbound.items()]
+    diags += [error("TS401", f"stage {name} has the serial loop {loop} outside its blockIdx.* loop: the kernel would "
+                             f"be launched once per iteration from the host; move it inside the kernel or bind it",
+                    span) for name, loop in outside.items()]
     if diags:
         return diags
     return check_gpu_limits(func, target_params, span)

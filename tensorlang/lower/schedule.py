@@ -312,8 +312,12 @@ def _val(x):
 
 
 def _stage_or_loop(sch, env, ref: A.Ref):
-    if len(ref.parts) == 1 and ref.parts[0] in env.stages:
-        return resolve_stage(sch, env, ref)
+    """A stage if the name is one (bound, or a block TVM made), else a loop."""
+    if len(ref.parts) == 1 and ref.parts[0] not in env.loops:
+        try:
+            return resolve_stage(sch, env, ref)
+        except StmtError:
+            pass
     return resolve_loop(sch, env, ref)
 
 

@@ -1,0 +1,68 @@
+"""Semantics that the kernel and the NumPy reference must agree on, and the checks that guard them."""
+import pytest
+
+from tensorlang import api
+
+CPU = 'target cpu = llvm(cores = 1)\n'
+
+
+def run_op(src, op):
+    doc = api.load_text(CPU + src)
+    assert not [d for d in doc.diagnostics if d.severity == "error"], doc.diagnostics
+    low = api.lower_op(doc, op, "cpu")
+    assert low.ok, low.diagnostics
+    return api.run_lowered(low, repeat=1)
+
+
+def errors(src):
+    return [(d.span.line, d.span.col, d.code) for d in api.check(api.load_text(CPU + src)) if d.severity == "error"]
+
+
+def test_index_division_floors_in_kernel_and_reference():
+    r = run_op("op f(A: f32[9]) -> Y: f32[9] {\n    Y[i] = A[i] * 0.0 + i / 2\n}\n", "f")
+    assert r.ok and r.max_abs == 0.0
+
+
+def test_integer_overflow_wraps_per_operation_in_both():
+    # 63 * 63 wraps in i8 before the addition, in the kernel and in the reference alike. (A division of
+    # a wrapped negative value is left out: TVM's simplifier assumes no overflow and may truncate.)
+    r = run_op("op f(A: i8[64]) -> Y: i8[64] {\n    Y[i] = i8(i) * i8(i) + A[i]\n}\n", "f")
+    assert r.ok and r.max_abs == 0.0
+
+
+def test_scalar_output_runs():
+    r = run_op("op total(A: f32[128]) -> S: f32[] {\n    S[] += A[k]\n}\n", "total")
+    assert r.ok
+
+
+def test_power_of_integers_is_rejected():
+    assert errors("op f(A: i32[4]) -> Y: i32[4] {\n    Y[i] = A[i] ** 2\n}\n") == [(3, 12, "TS210")]
+
+
+def test_float_literal_into_integer_tensor_is_rejected():
+    assert errors("op f(A: i32[4]) -> Y: i32[4] {\n    Y[i] = 0.5\n}\n") == [(3, 12, "TS210")]
+
+
+def test_conversion_suggestion_is_numeric():
+    doc = api.load_text(CPU + "op f(X: f32[4]) -> Y: f32[4] {\n    Y[i] = (X[i] < 1.0) + 1.0\n}\n")
+    msgs = [d.message for d in doc.diagnostics if d.code == "TS210"]
+    assert msgs and all("bool(" not in m for m in msgs)
+
+
+def test_auto_takes_no_parameters():
+    assert errors("@auto(policy = 1)\nop f(A: f32[4]) -> Y: f32[4] {\n    Y[i] = A[i]\n}\n") == [(2, 1, "TS110")]
+
+
+def test_annotate_accepts_block_names_tvm_made():
+    src = ("op mm(A: f32[64, 64], B: f32[64, 64]) -> C: f32[64, 64] {\n    C[i, j] += A[i, k] * B[k, j]\n}\n\n"
+           "schedule mm on cpu {\n    decompose_reduction(C, C.k)\n    annotate(C_init, \"note\", 1)\n}\n")
+    assert errors(src) == []
+
+
+def test_serial_loop_above_blockidx_is_reported():
+    src = ('target gpu = cuda(arch = "sm_90")\n'
+           "op f(A: f32[64, 64]) -> Y: f32[64, 64] {\n    Y[i, j] = A[i, j] * 2.0\n}\n\n"
+           "schedule f on gpu {\n    j0, j1 = split(Y.j, [2, 32])\n    bind(j0, blockIdx.x)\n    bind(j1, threadIdx.x)\n}\n")
+    diags = [d for d in api.check(api.load_text(CPU + src)) if d.severity == "error"]
+    assert [d.code for d in diags] == ["TS401"]
+    assert "serial loop i outside its blockIdx.* loop" in diags[0].message
