@@ -13,9 +13,9 @@ from tensorlang.diagnostics import Diagnostic, error, one_of
 from tensorlang.parser import ast as A
 
 # Argument kinds.
-STAGE, LOOP, LOOPS, FACTORS, INT, BOOL, SCOPE, THREAD, BUFFER, STR, VALUE, STAGE_OR_LOOP = (
+STAGE, LOOP, LOOPS, FACTORS, INT, BOOL, SCOPE, THREAD, BUFFER, STR, VALUE, STAGE_OR_LOOP, STAGES = (
     "stage", "loop", "loops", "factors", "int", "bool", "scope", "thread", "buffer", "str", "value",
-    "stage or loop")
+    "stage or loop", "stages")
 
 THREAD_AXES = tuple(f"{k}.{a}" for k in ("blockIdx", "threadIdx", "vthread") for a in "xyz") + ("vthread",)
 SCOPES = ("global", "shared", "shared.dyn", "local", "warp")
@@ -77,9 +77,12 @@ SIGNATURES: dict[str, Signature] = {s.name: s for s in [
     _sig("unroll", [P("loop", LOOP)], None, "Unroll a loop completely."),
     _sig("bind", [P("loop", LOOP), P("thread_axis", THREAD)], None,
          "Bind a loop to a GPU thread axis: " + ", ".join(THREAD_AXES) + "."),
-    _sig("cache_read", [P("stage", STAGE), P("buffer", BUFFER), P("scope", SCOPE)], "stage",
-         "Read a buffer of a stage through a cache in the given scope; returns the copy stage."),
-    _sig("cache_write", [P("stage", STAGE), P("buffer", BUFFER), P("scope", SCOPE)], "stage",
+    _sig("cache_read", [P("stage", STAGE), P("buffer", BUFFER), P("scope", SCOPE), P("consumers", STAGES, None)],
+         "stage",
+         "Read a buffer of a stage through a cache in the given scope; returns the copy stage. `consumers` "
+         "(default: every reader) lists the stages that read through the cache."),
+    _sig("cache_write", [P("stage", STAGE), P("buffer", BUFFER), P("scope", SCOPE), P("consumers", STAGES, None)],
+         "stage",
          "Write a stage's output through a cache; the stage keeps its name, the write-back is returned."),
     _sig("compute_at", [P("stage", STAGE), P("loop", LOOP), P("preserve_unit_loops", BOOL, False),
                         P("index", INT, -1)], None,
@@ -185,6 +188,9 @@ def _check_kind(sig: Signature, p: Param, v) -> list[Diagnostic]:
         if not v:
             out += [error("TS302", f"{sig.name} needs at least one loop", A.NO_SPAN)]
         return out
+    if p.kind == STAGES:
+        ok = isinstance(v, A.ListArg) and all(isinstance(x, A.Ref) and len(x.parts) == 1 for x in v.items)
+        return [] if ok else bad("a list of stage names, e.g. [C]", v.span)
     if p.kind in (LOOP, STAGE, STAGE_OR_LOOP):
         return [] if isinstance(v, A.Ref) else bad(f"a {p.kind} name", v.span)
     if p.kind == FACTORS:

@@ -273,7 +273,10 @@ def _dispatch(sch, env: NameEnv, stmt: A.SchedStmt, b: BoundArgs):
         if name in ("cache_read", "cache_write"):
             srv = stage()
             idx = _buffer_index(sch, srv, v["buffer"], "reads" if name == "cache_read" else "writes", stmt)
-            return getattr(sch, name)(srv, idx, arg_text_value(v["scope"])), extra
+            consumers = None
+            if isinstance(v["consumers"], A.ListArg):
+                consumers = [resolve_stage(sch, env, r) for r in v["consumers"].items]
+            return getattr(sch, name)(srv, idx, arg_text_value(v["scope"]), consumer_blocks=consumers), extra
         if name in ("compute_at", "reverse_compute_at"):
             srv, lrv = stage(), loop()
             return _compute_at(sch, env, name, srv, lrv, v, stmt), extra

@@ -1,0 +1,15 @@
+"""The tensorlang language server (`tensorlang lsp`).
+
+Layout:
+- `text`: positions (1-based spans <-> LSP positions in any encoding), a small lexer;
+- `incremental`: the core parser applied chunk by chunk, re-parsing only the chunks an edit touched;
+- `analysis`: one document version: its checked model and an index of names (definitions, references,
+  token kinds), and the cursor context for completion. No pygls, no TVM;
+- `features`: the LSP answers built from an analysis (lsprotocol types);
+- `worker`, `workers`: the TVM side (legality, loop names after statements, generated schedules,
+  lowering, measuring) runs in worker processes, driven from the server by a small priority queue;
+- `server`: the pygls server, started by `tensorlang lsp` (`main()`).
+
+Only this package imports pygls/lsprotocol; everything it shows comes from the core (`tensorlang.api`,
+`analysis`, `lower`, `baselines`), like the CLI. The server process never imports TVM.
+"""
