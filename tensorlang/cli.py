@@ -211,6 +211,59 @@ def cmd_show(args) -> int:
     return 1 if Dg.has_errors(diags) else 0
 
 
+def cmd_space(args) -> int:
+    """Sample or count the schedule space of one operator on one target."""
+    doc = _load(args.file)
+    _stop_on_errors(doc)
+    target = _target(doc, args.target)
+    _ops(doc, args.op)
+    from tensorlang.space.convert import render_schedule
+    from tensorlang.space.space import Space
+    space = Space(doc.model.ops[args.op], doc.primfunc(args.op), target, seed=args.seed)
+    status = 0
+    if args.count:
+        n, exact = space.count(limit=args.count_limit)
+        print(f"# {args.op} on {args.target}: {len(space.sketches)} sketches, "
+              f"{n} schedules{'' if exact else ' (bound: product of the decision domains)'}")
+    if args.sample:
+        points, rejections = space.sample(args.sample, seed=args.seed)
+        for n, p in enumerate(points):
+            print(f"# sample {n + 1}: sketch {p.sketch}, decisions {list(p.decisions)}")
+            print(render_schedule(args.op, args.target, p.stmts))
+        print(f"# {len(points)} distinct schedules, {rejections} rejected by the postprocessors", file=sys.stderr)
+        status = 0 if len(points) == args.sample else 1
+    return status
+
+
+def cmd_import_trace(args) -> int:
+    """A MetaSchedule trace (JSON, as `trace.as_json()` writes it) -> .tsched schedule text."""
+    doc = _load(args.file)
+    _stop_on_errors(doc)
+    target = _target(doc, args.target)
+    _ops(doc, args.op)
+    from tvm import s_tir
+
+    from tensorlang.space.convert import ConversionError, render_schedule, trace_to_statements
+    try:
+        obj = json.loads(Path(args.trace).read_text())
+    except (OSError, ValueError) as e:
+        return _fail(f"tensorlang import-trace: cannot read {args.trace}: {e}")
+    sch = s_tir.Schedule(doc.primfunc(args.op))
+    try:
+        s_tir.Trace.apply_json_to_schedule(obj, sch)
+        stmts, _ = trace_to_statements(sch.trace, doc.primfunc(args.op), doc.model.ops[args.op])
+    except ConversionError as e:
+        print(f"{args.trace}: error: TS310 {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a trace for another operator, or malformed: TVM says why
+        from tensorlang.lower.schedule import condense_tvm_error
+        print(f"{args.trace}: error: TS310 the trace does not apply to {args.op}: {condense_tvm_error(str(e))}",
+              file=sys.stderr)
+        return 1
+    sys.stdout.write(render_schedule(args.op, target.name, stmts))
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Check, lower and run every bundled example on this CPU; lower the CUDA schedules to kernels."""
     files = args.files or sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "examples").glob("*.tsched"))
@@ -309,6 +362,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", required=True)
     s.add_argument("--upto", type=int, help="apply only the statements up to this line")
     s.set_defaults(func=cmd_show)
+    sp = sub.add_parser("space", help="sample or count the legal schedules of an operator")
+    sp.add_argument("file")
+    sp.add_argument("--op", required=True)
+    sp.add_argument("--target", required=True)
+    sp.add_argument("--sample", type=int, default=0, help="print N distinct schedules")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--count", action="store_true", help="the size of the space (exact when small)")
+    sp.add_argument("--count-limit", type=int, default=20000, help="enumerate exactly up to this bound")
+    sp.set_defaults(func=cmd_space)
+
+    it = sub.add_parser("import-trace", help="convert a MetaSchedule trace (JSON) into a .tsched schedule")
+    it.add_argument("file", help="the .tsched file with the operator")
+    it.add_argument("trace", help="trace JSON (trace.as_json())")
+    it.add_argument("--op", required=True)
+    it.add_argument("--target", required=True)
+    it.set_defaults(func=cmd_import_trace)
+
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())
 

@@ -104,6 +104,8 @@ SIGNATURES: dict[str, Signature] = {s.name: s for s in [
          "Set the storage scope of a buffer a stage writes."),
     _sig("rfactor", [P("loop", LOOP), P("factor_axis", INT, 0)], "stage",
          "Factor a reduction loop out into a new stage (for parallel or cross-thread reductions)."),
+    _sig("get_loops", [P("stage", STAGE)], "loops",
+         "Name the loops above a stage, outermost first; changes nothing (one name per loop)."),
     _sig("add_unit_loop", [P("target", STAGE_OR_LOOP)], "loop", "Add an extent-1 loop above a stage or loop."),
 ]}
 

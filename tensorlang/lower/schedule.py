@@ -299,6 +299,12 @@ def _dispatch(sch, env: NameEnv, stmt: A.SchedStmt, b: BoundArgs):
                                  arg_text_value(v["scope"])), extra
         if name == "rfactor":
             return sch.rfactor(loop(), _val(v["factor_axis"])), extra
+        if name == "get_loops":
+            loops = sch.get_loops(stage())
+            if len(stmt.targets) != len(loops):
+                raise StmtError(error("TS312", f"get_loops: the stage has {len(loops)} loops; "
+                                               f"{len(stmt.targets)} names given", stmt.span))
+            return loops, extra
         if name == "add_unit_loop":
             return sch.add_unit_loop(_stage_or_loop(sch, env, v["target"])), extra
     except StmtError:

@@ -131,9 +131,6 @@ def strip_comment(line: str) -> str:
     return line
 
 
-IDENT_TAIL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]*)*$|[A-Za-z_0-9]*$")
-
-
 def word_before(line_text: str, col0: int) -> tuple[int, str]:
     """The (possibly dotted) identifier that ends at col0: (start col, text)."""
     head = line_text[:col0]

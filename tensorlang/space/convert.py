@@ -77,6 +77,13 @@ class _Converter:
             raise ConversionError("a loop is used before the trace looked it up")
         return self.refs[rv]
 
+    def _names_uniquely(self, display: str, rv) -> bool:
+        from tensorlang.lower.schedule import StmtError
+        try:
+            return self.sch.get(resolve_loop(self.sch, self.env, _ref(display))).same_as(self.sch.get(rv))
+        except StmtError:
+            return False
+
     def value(self, x):
         if x is None:
             return None
@@ -137,9 +144,13 @@ class _Converter:
         if k == "GetLoops":
             block_rv = self.our_block(ins[0])
             stage = self.stage_ref(ins[0]).text
-            for trace_rv, (display, _) in zip(outs, loop_names(sch, env, block_rv, stage)):
-                self.refs[trace_rv] = _ref(display)
-            return
+            names = loop_names(sch, env, block_rv, stage)
+            if all(self._names_uniquely(display, rv) for display, rv in names):
+                for trace_rv, (display, _) in zip(outs, names):
+                    self.refs[trace_rv] = _ref(display)
+                return
+            # Some loop is not reachable by STAGE.var (TVM reused a loop name in this nest): name them all.
+            return self.emit("get_loops", [self.stage_ref(ins[0])], outs, "loop")
         if k in ("GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks"):
             if k == "GetChildBlocks":
                 found = sch.get_child_blocks(_stage_or_loop(sch, env, self.refs[ins[0]]))
@@ -199,7 +210,14 @@ class _Converter:
                     return self.emit("compute_inline", [self.stage_ref(block)])
                 consumer = sch.get_consumers(self.our_block(sampled_block))[0]
                 stage = stage_name_of(sch, env, sch.get(consumer))
-                loop_ref = _ref(loop_names(sch, env, consumer, stage)[d][0])
+                names = loop_names(sch, env, consumer, stage)
+                display, rv = names[d]
+                if self._names_uniquely(display, rv):
+                    loop_ref = _ref(display)
+                else:  # name the consumer's loops first (see GetLoops)
+                    keys = [object() for _ in names]
+                    self.emit("get_loops", [A.Ref((stage,))], keys, "loop")
+                    loop_ref = self.refs[keys[d]]
             else:
                 loop_ref = self.loop_ref(loop)
             kw = []
@@ -236,7 +254,47 @@ def trace_to_statements(trace, mod, op_model) -> tuple[list[A.SchedStmt], object
     """(.tsched statements, the module they produce) for a MetaSchedule trace on `mod`."""
     conv = _Converter(mod, op_model)
     stmts = conv.run(trace)
-    return stmts, conv.sch.mod
+    return drop_transient_annotations(stmts), conv.sch.mod
+
+
+def drop_transient_annotations(stmts: list[A.SchedStmt]) -> list[A.SchedStmt]:
+    """Remove each `annotate(X, key, v)` that a later `unannotate(X, key)` takes back (and that pair).
+
+    MetaSchedule's rules leave notes for its postprocessors (`meta_schedule.parallel`, ...), which
+    read and remove them; the statements the postprocessors made say the same thing. Between the
+    pair nothing but the postprocessors looks at the note, so the schedule is the same without it.
+    """
+    out = list(stmts)
+    i = 0
+    while i < len(out):
+        s = out[i]
+        if s.prim == "annotate":
+            target, key = s.args[0], s.args[1]
+            j = next((j for j in range(i + 1, len(out)) if out[j].prim in ("annotate", "unannotate")
+                      and out[j].args[0] == target and out[j].args[1] == key), None)
+            if j is not None and out[j].prim == "unannotate" and not _rebinds(out[i + 1:j], target):
+                del out[j]
+                del out[i]
+                continue
+        i += 1
+    # An annotation set again to the value it already has changes nothing.
+    last: dict = {}
+    kept = []
+    for s in out:
+        if s.prim in ("annotate", "unannotate"):
+            key = (s.args[0], s.args[1])
+            value = s.args[2] if s.prim == "annotate" else None
+            if s.prim == "annotate" and last.get(key) == value:
+                continue
+            last[key] = value
+        for t in s.targets:  # a rebound name is a new target
+            last = {k: v for k, v in last.items() if k[0].parts[0] != t.name}
+        kept.append(s)
+    return kept
+
+
+def _rebinds(stmts, ref: A.Ref) -> bool:
+    return any(t.name == ref.parts[0] for s in stmts for t in s.targets)
 
 
 def render_schedule(op: str, target: str, stmts) -> str:

@@ -1,0 +1,206 @@
+"""The Space Builder: the legal schedules of an operator on a target.
+
+A point of the space is a sketch (one of MetaSchedule's design-space traces for the operator) plus
+one decision for each of its sampling instructions, in replay order -- MetaSchedule's own split
+between the trace skeleton and its decisions. Each decision has an exact legal domain, computed
+at the moment the sketch is replayed up to it (a tile's domain depends on its loop's extent, a
+compute-at site's on the loops its consumer has then):
+
+- `tile`: SamplePerfectTile(loop, n, max_innermost_factor) -> every ordered factorization of the
+  loop's extent into n factors whose innermost is at most max_innermost_factor;
+- `categorical`: SampleCategorical(candidates, probs) -> the indices of candidates with p > 0;
+- `location`: SampleComputeLocation(stage) -> the sites TVM accepts, found by asking TVM's
+  sampler for each site index (-2 inline, -1 root, i = the i-th loop of the first consumer) and
+  keeping those it takes as given.
+
+A point is replayed with TVM (`Trace.apply_to_schedule` with a decision provider), the target's
+postprocessors are applied, and the result is converted to .tsched statements (space/convert.py).
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+from tensorlang.space import metaschedule as msx
+
+TILE, CATEGORICAL, LOCATION = "tile", "categorical", "location"
+
+
+@dataclass(frozen=True)
+class DecisionPoint:
+    kind: str  # tile | categorical | location
+    domain: tuple  # legal values, in a canonical order
+    subject: str  # what it decides, for people: "C.i (512)", "unroll of root", "compute-at of P"
+    extent: int = 0  # tile: the loop's extent
+    n: int = 0  # tile: number of factors
+    max_innermost: int = 0  # tile: bound on the innermost factor (0: none)
+    candidates: tuple = ()  # categorical: the candidate values
+
+
+@dataclass
+class Point:
+    """A concrete schedule: a sketch and its decisions, replayed and converted."""
+    sketch: int
+    decisions: tuple
+    stmts: list = field(default_factory=list)  # .tsched statements (ast.SchedStmt)
+    mod: object = None  # the scheduled tvm.IRModule
+    trace: object = None  # the full trace, postprocessors included
+
+
+class Infeasible(Exception):
+    """A replay whose postprocessors refused the result (counted as a rejection)."""
+
+
+@lru_cache(maxsize=4096)
+def factorizations(extent: int, n: int, max_innermost: int = 0) -> tuple[tuple[int, ...], ...]:
+    """Every ordered tuple of n positive factors whose product is `extent`."""
+    if n == 1:
+        return ((extent,),) if not max_innermost or extent <= max_innermost else ()
+    out = []
+    for d in range(1, extent + 1):
+        if extent % d == 0:
+            for rest in factorizations(extent // d, n - 1, max_innermost):
+                out.append((d,) + rest)
+    return tuple(out)
+
+
+class Space:
+    def __init__(self, op_model, mod, target_model, seed: int = 0):
+        from tensorlang.lower.targets import tvm_target
+        self.op, self.mod, self.target = op_model, mod, target_model
+        self.tvm_target = tvm_target(target_model)
+        self.ctx = msx.tune_context(mod, self.tvm_target, msx.rule_kind(target_model), seed)
+        self.sketches = [s.trace for s in self.ctx.generate_design_space()]
+        self.postprocs = msx.postprocs_of(self.ctx)
+
+    # ------------------------------------------------------------ replay
+    def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True) -> Point:
+        """Replay a sketch, asking `choose(point, decisions so far)` for each decision."""
+        from tvm import s_tir
+        sch = s_tir.Schedule(self.mod)
+        made: list = []
+
+        def provider(inst, inputs, attrs, decision):
+            point = self.decision_point(sch, inst, inputs, attrs)
+            if point is None:
+                return decision
+            value = choose(point, tuple(made))
+            if value not in point.domain:
+                raise ValueError(f"{value!r} is not in the domain of {point.subject}")
+            made.append(value)
+            return list(value) if point.kind == TILE else value
+
+        with self.ctx.target:
+            self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+            for p in self.postprocs:
+                if not p.apply(sch):
+                    raise Infeasible(f"{type(p).__name__} rejected sketch {sketch} with {tuple(made)}")
+        point = Point(sketch, tuple(made), mod=sch.mod, trace=sch.trace)
+        if convert:
+            from tensorlang.space.convert import trace_to_statements
+            point.stmts, _ = trace_to_statements(sch.trace, self.mod, self.op)
+        return point
+
+    def decision_point(self, sch, inst, inputs, attrs) -> DecisionPoint | None:
+        kind = inst.kind.name
+        if kind == "SamplePerfectTile":
+            loop = sch.get(inputs[0])
+            extent, n, max_inner = int(loop.extent), int(attrs[0]), int(attrs[1])
+            return DecisionPoint(TILE, factorizations(extent, n, max_inner), f"{loop.loop_var.name} ({extent})",
+                                 extent, n, max_inner)
+        if kind == "SampleCategorical":
+            candidates = tuple(int(c.value) if hasattr(c, "value") else c for c in attrs[0])
+            probs = [float(p.value) if hasattr(p, "value") else float(p) for p in attrs[1]]
+            return DecisionPoint(CATEGORICAL, tuple(i for i, p in enumerate(probs) if p > 0),
+                                 f"one of {list(candidates)}", candidates=candidates)
+        if kind == "SampleComputeLocation":
+            block = inputs[0]
+            return DecisionPoint(LOCATION, self.location_domain(sch, block),
+                                 f"compute-at site of {sch.get(block).name_hint}")
+        return None
+
+    @staticmethod
+    def location_domain(sch, block) -> tuple[int, ...]:
+        consumers = sch.get_consumers(block)
+        n_loops = len(sch.get_loops(consumers[0])) if consumers else 0
+        legal = []
+        for d in range(-2, n_loops):
+            trial = sch.copy()
+            trial.sample_compute_location(block, decision=d)
+            if int(trial.trace.get_decision(trial.trace.insts[-1])) == d:
+                legal.append(d)
+        return tuple(legal)
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, n: int, seed: int = 0, max_rejections: int = 1000) -> tuple[list[Point], int]:
+        """n distinct points, uniformly random decisions per sketch; (points, rejections)."""
+        rng = random.Random(seed)
+        seen, points, rejections = set(), [], 0
+        attempts = 0
+        while len(points) < n and attempts < 50 * n + 100:
+            attempts += 1
+            sketch = rng.randrange(len(self.sketches))
+            try:
+                p = self.replay(sketch, lambda point, prefix: rng.choice(point.domain), convert=False)
+            except Infeasible:
+                rejections += 1
+                if rejections > max_rejections:
+                    break
+                continue
+            key = (p.sketch, p.decisions)
+            if key in seen:
+                continue
+            seen.add(key)
+            from tensorlang.space.convert import trace_to_statements
+            p.stmts, _ = trace_to_statements(p.trace, self.mod, self.op)
+            points.append(p)
+        return points, rejections
+
+    # ------------------------------------------------------------- counting
+    def count(self, limit: int = 20000) -> tuple[int, bool]:
+        """(size of the space, exact?). Exact by enumeration when the bound is at most `limit`,
+        else the bound: the product of the domain sizes met on one replay of each sketch."""
+        total_bound = 0
+        bounds = []
+        for s in range(len(self.sketches)):
+            sizes = []
+            try:
+                self.replay(s, lambda point, prefix: (sizes.append(len(point.domain)), point.domain[0])[1],
+                            convert=False)
+            except Infeasible:
+                pass  # the domain sizes were all met before the postprocessors ran
+            bounds.append(math.prod(sizes))
+            total_bound += bounds[-1]
+        if total_bound > limit:
+            return total_bound, False
+        return sum(self.enumerate_sketch(s) for s in range(len(self.sketches))), True
+
+    def enumerate_sketch(self, sketch: int) -> int:
+        """The number of points of one sketch, by walking every decision path."""
+        count = 0
+        stack: list[tuple] = [()]
+        while stack:
+            prefix = stack.pop()
+            branch: dict = {}
+
+            def choose(point, made, prefix=prefix, branch=branch):
+                k = len(made)
+                if k < len(prefix):
+                    return prefix[k]
+                if "domain" not in branch:
+                    branch["domain"] = point.domain
+                return point.domain[0]
+
+            try:
+                self.replay(sketch, choose, convert=False)
+                feasible = True
+            except Infeasible:
+                feasible = False
+            if "domain" in branch:  # the prefix stops short of a decision: branch on it
+                stack.extend(prefix + (v,) for v in branch["domain"])
+            elif feasible:
+                count += 1
+        return count
