@@ -221,8 +221,9 @@ def _check_kind(sig: Signature, p: Param, v) -> list[Diagnostic]:
     if p.kind == STR:
         return [] if isinstance(v, A.Const) and v.kind == "str" else bad("a string", v.span)
     if p.kind == VALUE:
-        ok = isinstance(v, A.Const) or isinstance(v, A.Ref) and v.text in ("True", "False")
-        return [] if ok else bad("an integer, float, string, True or False", v.span)
+        ok = isinstance(v, A.Const) or isinstance(v, A.Ref) and v.text in ("True", "False") or (
+            isinstance(v, A.ListArg) and all(isinstance(x, A.Const) and x.kind == "int" for x in v.items))
+        return [] if ok else bad("an integer, float, string, True, False or a list of integers", v.span)
     return []
 
 
@@ -232,4 +233,6 @@ def arg_text_value(v):
         return v.value
     if isinstance(v, A.Ref):
         return {"True": True, "False": False, "None": None}.get(v.text, v.text)
+    if isinstance(v, A.ListArg):
+        return [arg_text_value(x) for x in v.items]
     return v

@@ -1,9 +1,11 @@
 """Schedule policies: where a schedule comes from when none is written.
 
-`generate(policy, mod, op, target)` returns a scheduled module and names the policy that
-produced it. Policies: `default` (TVM without search: DLight rules). `auto` is the best
-policy available, which the Space Builder's Roller-style heuristic and the tensor language
-model will replace.
+`generate(policy, mod, op, target)` returns a scheduled module, the .tsched statements that
+produce it (where the policy can say), and names the policy:
+- `roller`: a Roller-style constructive heuristic on the Space Builder's space (baselines/roller.py);
+- `random[:SEED]`: a uniform sample of the space;
+- `default`: TVM without search (DLight rules; no .tsched text);
+- `auto`: the best available policy -- `roller`, until the tensor language model exists.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 
 from tensorlang.diagnostics import Diagnostic, error
 
-POLICIES = ("auto", "default")
+POLICIES = ("auto", "roller", "random", "default")
 
 
 @dataclass
@@ -19,13 +21,32 @@ class Generated:
     mod: object | None
     policy: str
     diagnostics: list[Diagnostic]
-    schedule_text: str | None = None  # .tsched statements, where the policy can express them
+    schedule_text: str | None = None  # .tsched statements, one per line, where the policy can express them
 
 
 def generate(policy: str, mod, op, target) -> Generated:
-    name = policy.split(":")[0]
-    if name in ("auto", "default"):
+    name, _, arg = policy.partition(":")
+    if name == "default":
         from tensorlang.baselines.default import default_schedule
         return default_schedule(mod, op, target)
+    if name in ("auto", "roller", "random"):
+        from tensorlang.parser.printer import format_stmt
+        from tensorlang.space.space import Infeasible, Space
+        label = "roller" if name == "auto" else name
+        try:
+            space = Space(op, mod, target)
+            if label == "roller":
+                from tensorlang.baselines.roller import roller_point
+                point = roller_point(space)
+            else:
+                points, _ = space.sample(1, seed=int(arg or 0))
+                if not points:
+                    raise Infeasible("no sample was accepted by the postprocessors")
+                point = points[0]
+        except (Infeasible, ValueError) as e:
+            return Generated(None, label, [error("TS406", f"policy {label} found no schedule for '{op.name}': {e}",
+                                                 op.ast.name_span)])
+        text = "".join(format_stmt(s) + "\n" for s in point.stmts)
+        return Generated(point.mod, label, [], text)
     return Generated(None, policy, [error("TS302", f"unknown policy '{policy}'; policies: {', '.join(POLICIES)}",
                                           op.ast.name_span)])

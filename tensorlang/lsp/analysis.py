@@ -409,7 +409,8 @@ def completion_context(an: Analysis, line0: int, col0: int) -> Context:
     lines = chunk.text.split("\n")
     before = "\n".join(lines[:rel] + [line_text[:start]])
     toks = [t for t in tokenize(before, chunk.start) if t.kind != "comment"]
-    if toks and toks[-1].kind == "string" and (len(toks[-1].text) == 1 or not toks[-1].text.endswith('"')):
+    if toks and toks[-1].kind == "string" and toks[-1].line == line0 and (
+            len(toks[-1].text) == 1 or not toks[-1].text.endswith('"')):
         return _string_context(ctx, toks)
     if toks and toks[-1].text == "@" and toks[-1].line == line0:
         ctx.where = "decorator"

@@ -65,7 +65,7 @@ def _fmt_shape(shape) -> str:
 
 def _edit_item(an: Analysis, ctx: Context, label: str, kind, insert: str | None = None, detail: str | None = None,
                doc: str | None = None, snippet: bool = False, sort: str | None = None) -> T.CompletionItem:
-    rng = T.Range(pos(an, ctx.line0, ctx.start), pos(an, ctx.line0, ctx.col0))
+    rng = T.Range(pos(an, ctx.line0, min(ctx.start, ctx.col0)), pos(an, ctx.line0, ctx.col0))
     return T.CompletionItem(
         label=label, kind=kind, detail=detail,
         documentation=T.MarkupContent(T.MarkupKind.Markdown, doc) if doc else None,
@@ -185,7 +185,7 @@ def completion_items(an: Analysis, ctx: Context, state: dict | None = None,
 
 def target_items(an: Analysis, ctx: Context) -> list[T.CompletionItem]:
     out = []
-    for name, t in sorted(an.model.targets.items()):
+    for name, t in sorted(an.model.targets.items(), key=lambda kv: (kv[1].builtin, kv[0])):
         what = "built-in " if t.builtin else ""
         params = ", ".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}" for k, v in t.params.items())
         out.append(_edit_item(an, ctx, name, T.CompletionItemKind.Module, detail=f"{what}{t.kind}({params})",
@@ -607,22 +607,20 @@ def formatting_edits(an: Analysis) -> list[T.TextEdit]:
     old = an.text
     if new == old:
         return []
-    a, b = old.split("\n"), new.split("\n")
+    a = [x for x in re.split(r"(?<=\n)", old) if x]
+    b = [x for x in re.split(r"(?<=\n)", new) if x]
+
+    def at(i: int) -> T.Position:  # the start of old line i, or the end of the text
+        if i < len(a):
+            return T.Position(i, 0)
+        if not a or a[-1].endswith("\n"):
+            return T.Position(len(a), 0)
+        return T.Position(len(a) - 1, an.index.to_units(len(a) - 1, len(a[-1])))
+
     edits = []
-    for tag, i1, i2, j1, j2 in reversed(difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()):
-        if tag == "equal":
-            continue
-        replacement = "".join(line + "\n" for line in b[j1:j2])
-        if i2 >= len(a):  # the edit reaches the end of the text: no newline after the last line
-            start = T.Position(i1, 0)
-            end = T.Position(len(a) - 1, an.index.to_units(len(a) - 1, len(a[-1])))
-            replacement = replacement[:-1] if replacement.endswith("\n") and j2 >= len(b) else replacement
-            if i1 >= len(a):
-                start = end
-                replacement = "\n" + replacement if replacement and not replacement.startswith("\n") else replacement
-            edits.append(T.TextEdit(T.Range(start, end), replacement))
-        else:
-            edits.append(T.TextEdit(T.Range(T.Position(i1, 0), T.Position(i2, 0)), replacement))
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            edits.append(T.TextEdit(T.Range(at(i1), at(i2)), "".join(b[j1:j2])))
     return edits
 
 

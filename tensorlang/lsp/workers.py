@@ -57,15 +57,18 @@ class Worker:
 
     # ----------------------------------------------------------- public
     def submit(self, name: str, *args, priority: int = INTERACTIVE, key=None, keep: bool = False,
-               stale: Callable[[], bool] | None = None, on_progress: Callable | None = None) -> Job:
+               stale: Callable[[], bool] | None = None, on_progress: Callable | None = None,
+               on_result: Callable | None = None) -> Job:
         if key is not None and key in self._pending and not self._pending[key].future.done():
             job = self._pending[key]
             job.keep = job.keep or keep
+            self._add_result_callback(job, on_result)
             return job
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "exception not retrieved"
         job = Job(priority, next(self._seq), name, args, fut, key, keep=keep, stale=stale, on_progress=on_progress)
+        self._add_result_callback(job, on_result)
         if key is not None:
             self._pending[key] = job
         if self._queue is None:
@@ -75,11 +78,27 @@ class Worker:
         self._queue.put_nowait(job)
         return job
 
+    @staticmethod
+    def _add_result_callback(job: Job, on_result: Callable | None):
+        if on_result is None:
+            return
+
+        def done(f):
+            if not f.cancelled() and f.exception() is None:
+                try:
+                    on_result(f.result())
+                except Exception:
+                    log.exception("result callback failed")
+        job.future.add_done_callback(done)
+
     async def call(self, name: str, *args, priority: int = INTERACTIVE, key=None, timeout: float | None = None,
-                   stale: Callable[[], bool] | None = None, on_progress: Callable | None = None):
+                   stale: Callable[[], bool] | None = None, on_progress: Callable | None = None,
+                   on_result: Callable | None = None):
         """Run a job and wait for its result (WorkerError on failure, TimeoutError after `timeout`).
+        `on_result` is called with the result even if every caller has stopped waiting by then.
         Cancelling the caller leaves the job to others waiting for it, or drops it if none are."""
-        job = self.submit(name, *args, priority=priority, key=key, stale=stale, on_progress=on_progress)
+        job = self.submit(name, *args, priority=priority, key=key, stale=stale, on_progress=on_progress,
+                          on_result=on_result)
         job.waiters += 1
         try:
             if timeout is None:

@@ -28,6 +28,8 @@ def _ref(text: str) -> A.Ref:
 
 
 def _const(v) -> A.Const:
+    if isinstance(v, list):
+        return A.ListArg(tuple(_const(x) for x in v))
     if isinstance(v, bool):
         return A.Ref(("True" if v else "False",))
     if isinstance(v, int):

@@ -38,6 +38,12 @@ class DecisionPoint:
     n: int = 0  # tile: number of factors
     max_innermost: int = 0  # tile: bound on the innermost factor (0: none)
     candidates: tuple = ()  # categorical: the candidate values
+    # tile: the stage whose loop is tiled, the loop's role ("S" spatial, "R" reduction), and the
+    # stage's loops as (name, extent, role) when the decision is made -- what a heuristic needs.
+    stage: str = ""
+    role: str = ""
+    axes: tuple = ()
+    axis: int = -1
 
 
 @dataclass
@@ -52,6 +58,37 @@ class Point:
 
 class Infeasible(Exception):
     """A replay whose postprocessors refused the result (counted as a rejection)."""
+
+
+def _loop_context(loop):
+    """(stage, role of this loop, the stage's loops as (name, extent, role), this loop's index)."""
+    from tensorlang.lower import tir
+    for realize, loops in tir.block_realizes(loop):
+        block = realize.block
+        nest = [loop] + [l for l in _loops_below(loop)]
+        axes, axis = [], -1
+        for l in nest:
+            role = None
+            for iv, value in zip(block.iter_vars, realize.iter_values):
+                if tir.uses_var(value, l.loop_var):
+                    role = "R" if int(iv.iter_type) == 2 else "S"
+            if role is None:
+                continue
+            if l.same_as(loop):
+                axis = len(axes)
+            axes.append((l.loop_var.name, int(l.extent), role))
+        role = axes[axis][2] if axis >= 0 else "S"
+        return block.name_hint, role, tuple(axes), axis
+    return "", "S", (), -1
+
+
+def _loops_below(loop):
+    from tvm import tirx
+
+    from tensorlang.lower import tir
+    for node, _ in tir.walk(loop.body):
+        if isinstance(node, tirx.For):
+            yield node
 
 
 @lru_cache(maxsize=4096)
@@ -109,8 +146,9 @@ class Space:
         if kind == "SamplePerfectTile":
             loop = sch.get(inputs[0])
             extent, n, max_inner = int(loop.extent), int(attrs[0]), int(attrs[1])
+            stage, role, axes, axis = _loop_context(loop)
             return DecisionPoint(TILE, factorizations(extent, n, max_inner), f"{loop.loop_var.name} ({extent})",
-                                 extent, n, max_inner)
+                                 extent, n, max_inner, stage=stage, role=role, axes=axes, axis=axis)
         if kind == "SampleCategorical":
             candidates = tuple(int(c.value) if hasattr(c, "value") else c for c in attrs[0])
             probs = [float(p.value) if hasattr(p, "value") else float(p) for p in attrs[1]]

@@ -1,0 +1,154 @@
+"""The Space Builder: sampling is legal by construction, counts agree with enumeration,
+traces convert to .tsched faithfully, and the baseline policies give legal schedules."""
+import json
+import subprocess
+import sys
+
+import pytest
+import tvm_ffi
+
+from tensorlang import api
+from tensorlang.baselines import generate
+from tensorlang.baselines.roller import Hardware, RollerPolicy, roller_point
+from tensorlang.lower.schedule import apply_schedule
+from tensorlang.parser import ast as A
+from tensorlang.parser import parse
+from tensorlang.space.convert import render_schedule, trace_to_statements
+from tensorlang.space.space import Space, factorizations
+
+from conftest import ROOT
+
+EX = ROOT / "examples"
+CPU_OPS = [("matmul", "matmul", "cpu"), ("dense_gelu", "dense_gelu", "cpu"), ("conv2d", "conv2d", "cpu"),
+           ("softmax", "softmax", "cpu"), ("auto", "layernorm", "llvm"), ("auto", "attention_scores", "llvm")]
+
+
+def space_of(file, op, target):
+    doc = api.load(EX / f"{file}.tsched")
+    return doc, Space(doc.model.ops[op], doc.primfunc(op), doc.model.targets[target])
+
+
+def reapply(doc, op, target, stmts):
+    """The statements as a schedule block of the file, applied by the normal checker path."""
+    text = render_schedule(op, target, stmts)
+    sched = parse(text)[0].schedules[0]
+    return apply_schedule(doc.primfunc(op), doc.model.ops[op], sched)
+
+
+def test_factorizations():
+    assert factorizations(8, 2) == ((1, 8), (2, 4), (4, 2), (8, 1))
+    assert factorizations(12, 3, 2) == tuple(f for f in factorizations(12, 3) if f[-1] <= 2)
+    assert all(a * b * c == 60 for a, b, c in factorizations(60, 3))
+
+
+@pytest.mark.parametrize("file,op,target", CPU_OPS, ids=[f"{o}-{t}" for _, o, t in CPU_OPS])
+def test_samples_are_legal_and_correct_with_no_rejections(file, op, target):
+    doc, space = space_of(file, op, target)
+    points, rejections = space.sample(3, seed=7)
+    assert rejections == 0
+    assert len(points) == 3 and len({(p.sketch, p.decisions) for p in points}) == 3
+    for p in points:
+        applied = reapply(doc, op, target, p.stmts)  # the text, through the ordinary checker
+        assert applied.ok, applied.diags
+        assert tvm_ffi.structural_equal(applied.sch.mod, p.mod)
+        low = api.Lowered(doc.model.ops[op], doc.model.targets[target], applied.sch.mod, "random", [])
+        r = api.run_lowered(low, repeat=1)
+        assert r.ok, (p.decisions, r)
+
+
+def test_gpu_samples_lower_to_kernels():
+    from tensorlang.lower.build import emit
+    doc, space = space_of("matmul", "matmul", "h200")
+    points, rejections = space.sample(3, seed=2)
+    assert len(points) == 3
+    for p in points:
+        applied = reapply(doc, "matmul", "h200", p.stmts)
+        assert applied.ok, applied.diags
+        src = emit(applied.sch.mod, space.tvm_target, "cuda", True)
+        assert "__global__" in src
+
+
+def test_count_matches_full_enumeration_on_a_small_operator():
+    doc = api.load_text("target cpu = llvm(cores = 2)\nop mm(A: f32[4, 2], B: f32[2, 4]) -> C: f32[4, 4] {\n"
+                        "    C[i, j] += A[i, k] * B[k, j]\n}\n")
+    space = Space(doc.model.ops["mm"], doc.primfunc("mm"), doc.model.targets["cpu"])
+    bound, exact = space.count(limit=0)
+    assert not exact
+    enumerated = sum(space.enumerate_sketch(s) for s in range(len(space.sketches)))
+    assert enumerated == bound
+    assert space.count(limit=10 ** 6) == (enumerated, True)
+
+
+def test_domains_are_exact_for_tiles_and_categoricals():
+    doc, space = space_of("matmul", "matmul", "cpu")
+    seen = []
+    space.replay(0, lambda point, prefix: (seen.append(point), point.domain[-1])[1], convert=False)
+    tiles = [p for p in seen if p.kind == "tile"]
+    assert [t.n for t in tiles] == [4, 4, 2]
+    for t in tiles:
+        assert set(t.domain) == {f for f in factorizations(512, t.n) if f[-1] <= t.max_innermost}
+    with pytest.raises(ValueError):  # a value outside the domain is refused, not silently replaced
+        space.replay(0, lambda point, prefix: (3, 3, 3, 3) if point.kind == "tile" else point.domain[0])
+
+
+def test_metaschedule_sketches_convert_faithfully():
+    for file, op, target in CPU_OPS[:4] + [("matmul", "matmul", "h200")]:
+        doc, space = space_of(file, op, target)
+        for trace in space.sketches:
+            from tvm import s_tir
+            sch = s_tir.Schedule(doc.primfunc(op))
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            stmts, _ = trace_to_statements(sch.trace, doc.primfunc(op), doc.model.ops[op])
+            applied = reapply(doc, op, target, stmts)
+            assert applied.ok, applied.diags
+            assert tvm_ffi.structural_equal(applied.sch.mod, sch.mod), (op, target)
+
+
+def test_import_trace_cli(tmp_path):
+    doc, space = space_of("dense_gelu", "dense_gelu", "cpu")
+    p = space.replay(1, lambda point, prefix: point.domain[len(point.domain) // 2])
+    trace_json = tmp_path / "t.json"
+    trace_json.write_text(json.dumps(p.trace.as_json(remove_postproc=False), default=lambda o: o.value))
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "import-trace", str(EX / "dense_gelu.tsched"),
+                        str(trace_json), "--op", "dense_gelu", "--target", "cpu"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    applied = reapply(doc, "dense_gelu", "cpu", parse(r.stdout)[0].schedules[0].stmts)
+    assert applied.ok and tvm_ffi.structural_equal(applied.sch.mod, p.mod)
+
+
+def test_roller_is_legal_deterministic_and_reads_the_hardware():
+    doc, space = space_of("matmul", "matmul", "cpu")
+    a, b = roller_point(space), roller_point(space)
+    assert a.decisions == b.decisions
+    assert reapply(doc, "matmul", "cpu", a.stmts).ok
+    wide = Hardware("cpu", cores=2, vector_bytes=64, l1_bytes=48 * 1024, l2_bytes=2 << 20)
+    narrow = Hardware("cpu", cores=2, vector_bytes=16, l1_bytes=16 * 1024, l2_bytes=256 << 10)
+    pw, pn = roller_point(space, wide), roller_point(space, narrow)
+    assert pw.decisions != pn.decisions
+    # the innermost spatial tile is the vector width in floats
+    assert pw.decisions[1][-1] == 16 and pn.decisions[1][-1] == 4
+
+
+def test_roller_gpu_plan_respects_thread_limits():
+    doc, space = space_of("matmul", "matmul", "h200")
+    p = roller_point(space)
+    applied = reapply(doc, "matmul", "h200", p.stmts)
+    assert applied.ok
+    from tensorlang.lower.gpu import check_gpu_schedule, kernel_usage
+    assert check_gpu_schedule(applied.sch, applied.env, {"arch": "sm_90"}, A.NO_SPAN) == []
+    assert 32 <= kernel_usage(applied.sch.mod["main"])["threads"] <= 1024
+
+
+@pytest.mark.parametrize("policy", ["roller", "random:3"])
+def test_policies_give_text_that_checks_and_runs(policy):
+    doc = api.load(EX / "softmax.tsched")
+    g = generate(policy, doc.primfunc("softmax"), doc.model.ops["softmax"], doc.model.targets["cpu"])
+    assert g.mod is not None and g.schedule_text
+    text = (EX / "softmax.tsched").read_text()
+    text = text[:text.index("schedule softmax on cpu")] + "schedule softmax on cpu {\n" + "".join(
+        "    " + line + "\n" for line in g.schedule_text.splitlines()) + "}\n"
+    doc2 = api.load_text(text)
+    assert [d for d in api.check(doc2) if d.severity == "error"] == []
+    r = api.run_lowered(api.lower_op(doc2, "softmax", "cpu"), repeat=1)
+    assert r.ok
