@@ -152,3 +152,69 @@ def test_policies_give_text_that_checks_and_runs(policy):
     assert [d for d in api.check(doc2) if d.severity == "error"] == []
     r = api.run_lowered(api.lower_op(doc2, "softmax", "cpu"), repeat=1)
     assert r.ok
+
+
+# ------------------------------------------------------------ tensor sentences
+from tensorlang.space import sentence as S  # noqa: E402
+
+
+@pytest.mark.parametrize("file,op,target", CPU_OPS[:4], ids=[o for _, o, _ in CPU_OPS[:4]])
+def test_sentences_round_trip(file, op, target):
+    doc, space = space_of(file, op, target)
+    points, _ = space.sample(4, seed=11)
+    for p in points:
+        tokens = S.encode(space, p)
+        assert all(t in S.token_ids() for t in tokens)
+        assert S.decode(space, tokens) == (p.sketch, p.decisions)
+
+
+def test_next_tokens_are_exactly_the_domain():
+    doc, space = space_of("softmax", "softmax", "cpu")
+    (p,), _ = space.sample(1, seed=4)
+    domains = []
+    it = iter(p.decisions)
+    space.replay(p.sketch, lambda point, prefix: (domains.append(point), next(it))[1], convert=False)
+    tokens = S.encode(space, p)
+    nt = S.NextTokens(space)
+    n = len(S.prompt_tokens(space))
+    assert nt.allowed() == {"SKETCH"}
+    nt.push("SKETCH")
+    assert nt.allowed() == {str(k) for k in range(len(space.sketches))}
+    nt.push(str(p.sketch))
+    nt.push("DECISIONS")
+    for point, value in zip(domains, p.decisions):
+        assert nt.allowed() == {{"tile": "TILE", "categorical": "CAT", "location": "LOC"}[point.kind]}
+        nt.push(next(t for t in nt.allowed()))
+        if point.kind == "tile":
+            for k, f in enumerate(value):
+                expect = {str(d[k]) for d in point.domain if d[:k] == value[:k]}
+                assert nt.allowed() == expect
+                nt.push(str(f))
+        else:
+            assert nt.allowed() == {str(v) for v in point.domain}
+            nt.push(str(value))
+    assert nt.allowed() == {S.EOS}
+    nt.push(S.EOS)
+    assert nt.done and tuple(nt.decisions) == p.decisions
+    with pytest.raises(S.SentenceError):
+        S.NextTokens(space).push("DECISIONS")  # out of order
+    assert tokens[n:n + 2] == ["SKETCH", str(p.sketch)]
+
+
+def test_sentence_of_another_version_is_refused():
+    doc, space = space_of("matmul", "matmul", "cpu")
+    (p,), _ = space.sample(1, seed=1)
+    tokens = S.encode(space, p)
+    tokens[2] = "space:0"
+    with pytest.raises(S.SentenceError, match="made under"):
+        S.decode(space, tokens)
+
+
+def test_vocabulary_is_fixed_and_holds_every_small_integer(tmp_path):
+    words = S.vocabulary()
+    assert len(words) == len(set(words))
+    assert all(str(i) in S.token_ids() for i in range(-2, S.MAX_INT + 1))
+    assert S.int_tokens(50257) == ["NUM>", "5", "0", "2", "5", "7", "<NUM"]
+    assert S.read_int(S.int_tokens(50257), 0) == (50257, 7)
+    S.write_vocabulary(tmp_path / "vocab.txt")
+    assert (tmp_path / "vocab.txt").read_text().split("\n")[:len(S.SPECIALS)] == S.SPECIALS
