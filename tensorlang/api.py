@@ -78,13 +78,40 @@ def check_schedule(doc: Document, sched: A.Schedule, upto_line: int | None = Non
                                                           f"{type(e).__name__}: {e}", sched.span)])
 
 
-def check(doc: Document, legality: bool = True) -> list[Diagnostic]:
-    """Every problem of the document, sorted. `legality` applies each schedule with TVM."""
+def check(doc: Document, legality: bool = True, space: bool = False) -> list[Diagnostic]:
+    """Every problem of the document, sorted. `legality` applies each schedule with TVM;
+    `space` also says, as a hint, which legal schedules lie outside the Space Builder's space."""
     diags = list(doc.diagnostics)
     if legality:
         for sched in doc.model.schedules:
-            diags += check_schedule(doc, sched).diagnostics
+            result = check_schedule(doc, sched)
+            diags += result.diagnostics
+            if space and result.applied is not None and not Dg.has_errors(result.diagnostics):
+                diags += space_membership(doc, sched, result.applied)
     return Dg.sort_diagnostics(diags)
+
+
+def space_membership(doc: Document, sched: A.Schedule, applied) -> list[Diagnostic]:
+    """[] when the schedule is a point of the space; else a TS314 hint with the nearest point as the fix."""
+    from tensorlang.space.convert import trace_to_statements
+    from tensorlang.space.membership import locate
+    from tensorlang.space.space import Space
+    from tensorlang.parser.printer import format_stmt
+    try:
+        space = Space(doc.model.ops[sched.op], doc.primfunc(sched.op), doc.model.targets[sched.target])
+        found = locate(space, applied.sch.mod, applied.sch.trace, sched.stmts)
+    except Exception as e:
+        return [error("TS900", f"internal error in the space check: {type(e).__name__}: {e}", sched.span)]
+    if found.inside:
+        return []
+    span = A.Span(sched.span.line, sched.span.col, sched.target_span.end_line, sched.target_span.end_col)
+    fix = []
+    if found.point is not None:
+        stmts, _ = trace_to_statements(found.point.trace, doc.primfunc(sched.op), doc.model.ops[sched.op])
+        fix = ["\n".join(format_stmt(s) for s in stmts)]
+    return [Dg.hint("TS314", f"legal, but not a point of the schedule space of {sched.op} on {sched.target}: no "
+                             f"sketch and decisions reproduce it ({len(space.sketches)} sketches, {found.replays} "
+                             f"replays searched); the nearest in-space schedule is offered as a fix", span, fix)]
 
 
 # ------------------------------------------------------------------ lowering

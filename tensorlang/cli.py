@@ -72,7 +72,7 @@ def _lower_and_report(doc: api.Document, op: str, target: str, policy: str | Non
 # ----------------------------------------------------------------- commands
 def cmd_check(args) -> int:
     doc = _load(args.file)
-    diags = api.check(doc, legality=not args.no_legality)
+    diags = api.check(doc, legality=not args.no_legality, space=args.space)
     if args.json:
         print(json.dumps([{"file": doc.path, "line": d.span.line, "col": d.span.col, "end_line": d.span.end_line,
                            "end_col": d.span.end_col, "severity": d.severity, "code": d.code,
@@ -329,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("--no-legality", action="store_true", help="skip applying schedules with TVM (fast, no TVM import)")
     c.add_argument("--json", action="store_true", help="diagnostics as JSON")
+    c.add_argument("--space", action="store_true",
+                   help="also hint at legal schedules outside the Space Builder's space (slower)")
     c.set_defaults(func=cmd_check)
 
     f = sub.add_parser("fmt", help="print the canonical formatting")

@@ -36,12 +36,13 @@ SERVER_ENV = {**os.environ, "TENSORLANG_LSP_TESTING": "1"}
     server_command=[sys.executable, "-m", "tensorlang", "lsp"], server_env=SERVER_ENV))
 async def client(lsp_client: LanguageClient):
     lsp_client.code_lens_refreshes = 0
+    lsp_client.init_result = None
 
     @lsp_client.feature(T.WORKSPACE_CODE_LENS_REFRESH)
     def code_lens_refresh(ls, params):  # VS Code's capabilities promise it; pytest-lsp's client lacks it
         ls.code_lens_refreshes += 1
 
-    await lsp_client.initialize_session(T.InitializeParams(
+    lsp_client.init_result = await lsp_client.initialize_session(T.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), root_uri=ROOT.as_uri(),
         initialization_options={"debounceMs": 10}))
     yield
@@ -125,6 +126,18 @@ async def hover_text(client, uri, position) -> str:
     return res.contents.value if res else ""
 
 
+async def test_capabilities(client: LanguageClient):
+    caps = client.init_result.capabilities
+    assert client.init_result.server_info.name == "tensorlang"
+    assert caps.hover_provider and caps.definition_provider and caps.references_provider
+    assert caps.document_formatting_provider and caps.document_symbol_provider and caps.folding_range_provider
+    assert caps.inline_completion_provider is not None and caps.code_lens_provider is not None
+    assert "." in caps.completion_provider.trigger_characters
+    assert {"tensorlang.lower", "tensorlang.measure"} <= set(caps.execute_command_provider.commands)
+    assert caps.semantic_tokens_provider.legend.token_types[0] == "keyword"
+    assert caps.text_document_sync.change == T.TextDocumentSyncKind.Incremental
+
+
 # -------------------------------------------------------------- diagnostics
 BAD_FILES = {
     "syntax": "op f(A: f32[4]) -> B: f32[4] {\n    B[i] = A[i] +\n}\n\nop g(A: f32[8]) -> B: f32[8] {\n    B[i] = A[i] ]\n}\n",
@@ -186,6 +199,15 @@ async def test_edit_republishes_and_reuses_legality(client: LanguageClient):
     assert got(await settled(client, uri)) == expected(moved)
     replace_doc(client, uri, MATMUL)
     assert await settled(client, uri) == []
+    # an incremental change, as editors send them
+    p = at(MATMUL, "[16, 4, 8]")
+    _versions[uri] += 1
+    client.text_document_did_change(T.DidChangeTextDocumentParams(
+        T.VersionedTextDocumentIdentifier(version=_versions[uri], uri=uri),
+        [T.TextDocumentContentChangePartial(range=T.Range(T.Position(p.line, p.character + 8),
+                                                          T.Position(p.line, p.character + 9)), text="4")]))
+    diags = await settled(client, uri)
+    assert got(diags) == expected(BAD_FILES["bad_split"]) and diags[0].code == "TS306"
 
 
 # --------------------------------------------------------------- completion
@@ -446,6 +468,29 @@ async def test_lower_and_show_tir(client: LanguageClient):
     assert res["ok"] and "T.parallel" in res["text"] and res["shown"]
     shown = client.shown_documents[before:]
     assert shown and shown[-1].uri == res["uri"] and Path(res["path"]).read_text().endswith(res["text"])
+    uri = open_doc(client, "lower_cuda", MATMUL)
+    res = await client.workspace_execute_command_async(T.ExecuteCommandParams(
+        command="tensorlang.lower", arguments=[uri, "matmul", "h200", "cuda"]))
+    assert res["ok"] and "__global__" in res["text"] and res["path"].endswith(".cu")
+
+
+async def test_measure_can_be_cancelled(client: LanguageClient):
+    uri = open_doc(client, "measure_cancel", MATMUL)
+    seen = set(client.progress_reports)
+    task = asyncio.ensure_future(client.workspace_execute_command_async(T.ExecuteCommandParams(
+        command="tensorlang.measure", arguments=[uri, "matmul", "cpu"])))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    token = None
+    while token is None and loop.time() < deadline:
+        token = next((t for t, rs in client.progress_reports.items() if t not in seen and rs), None)
+        await asyncio.sleep(0.01)
+    assert token is not None and client.progress_reports[token][0].cancellable
+    client.protocol.notify(T.WINDOW_WORK_DONE_PROGRESS_CANCEL, T.WorkDoneProgressCancelParams(token=token))
+    res = await asyncio.wait_for(task, 60)
+    assert res["ok"] is False and res["error"] == "cancelled"
+    lenses = await client.text_document_code_lens_async(T.CodeLensParams(T.TextDocumentIdentifier(uri)))
+    assert any("cancelled" in lens.command.title for lens in lenses)
 
 
 async def test_measure_this_schedule(client: LanguageClient):

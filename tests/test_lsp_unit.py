@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -148,6 +149,47 @@ def test_generated_schedule_block_below_an_auto_op(fake_policy):
     assert "schedule matmul on cpu {\n    i0, i1 = split" in done and api.load_text(done).diagnostics == []
 
 
+def test_generate_action_completes_a_schedule_block(fake_policy):
+    text = BASE + "\nschedule matmul on cpu {\n    i0, i1 = split(C.i, [None, 32])\n  }\n"
+    an = Analysis(text, "g.tsched", IncrementalParser())
+    line0 = text.split("\n").index("schedule matmul on cpu {")
+    actions = asyncio.run(S._generate_actions(StubServer(), "file:///g.tsched", an, line0, 0))
+    assert [a.title for a in actions] == ["Generate schedule (3 statements from policy 'fake')"]
+    done = F.apply_edits(text, actions[0].edit.changes["file:///g.tsched"])
+    assert done.endswith("    i0, i1 = split(C.i, [None, 32])\n    parallel(i0)\n    j0, j1 = split(C.j, [None, 16])\n"
+                         "    vectorize(j1)\n  }\n")
+    one_line = BASE + "\nschedule matmul on cpu { parallel(C.i) }\n"  # not the policy's first statement
+    an = Analysis(one_line, "g.tsched", IncrementalParser())
+    assert asyncio.run(S._generate_actions(StubServer(), "file:///g.tsched", an, line0, 0)) == []
+
+
+def labels_at(text: str, needle: str, offset: int):
+    an = Analysis(text, "c.tsched", IncrementalParser())
+    n = next(i for i, l in enumerate(text.split("\n")) if needle in l)
+    ctx = an.context(n, text.split("\n")[n].index(needle) + offset)
+    items, complete = F.completion_items(an, ctx, None, snippets=False)
+    return ctx, [i.label for i in items], complete
+
+
+def test_completion_while_a_line_is_being_typed():
+    # an operator whose stage is half written: its tensors and the indices in use, from its lines above
+    text = MATMUL.replace("    C[i, j] += A[i, k] * B[k, j]", "    C[i, j] += A[i, k] * ")
+    ctx, labels, _ = labels_at(text, "A[i, k] * ", len("A[i, k] * "))
+    assert ctx.where == "op_body" and {"A", "B", "C", "i", "j", "k", "exp"} <= set(labels)
+    # a schedule whose statement is half written: static names (TVM's come from the worker), marked incomplete
+    text = MATMUL.replace("    parallel(i0)", "    parallel(")
+    ctx, labels, complete = labels_at(text, "    parallel(", len("    parallel("))
+    assert (ctx.where, ctx.prim, ctx.param.name) == ("sched_arg", "parallel", "loop") and not complete
+    assert {"i0", "i1", "i2", "j0", "k1"} <= set(labels) and "C.i" not in labels
+    assert len(ctx.stmts_above) == 4 and ctx.upto_line == ctx.line0  # apply up to cursor line - 1 (1-based)
+    # keyword arguments not given yet
+    ctx, labels, _ = labels_at(MATMUL, "split(C.k, [128, 4])", len("split(C.k, [128, 4]"))
+    assert labels == [] and ctx.in_list is False
+    text = MATMUL.replace("split(C.k, [128, 4])", "split(C.k, [128, 4], )")
+    ctx, labels, _ = labels_at(text, "split(C.k, [128, 4], )", len("split(C.k, [128, 4], "))
+    assert "preserve_unit_iters=" in labels and "disable_predication=" in labels and "True" in labels
+
+
 # -------------------------------------------------------------- positions
 def test_utf16_positions():
     text = 'target cpu = llvm(mcpu = "\U0001F642", cores = x)\n'
@@ -271,6 +313,7 @@ def test_random_edit_sequences_through_every_analysis_function(seq):
     stub = StubServer()
     for edit in edits:
         text = _apply(text, edit)
+        started = time.perf_counter()
         an = Analysis(text, "fuzz.tsched", parser)
         ref = same_as_core(an, text)
         diags = F.lsp_diagnostics(an, an.doc.diagnostics)
@@ -286,13 +329,16 @@ def test_random_edit_sequences_through_every_analysis_function(seq):
             line0 = int(fl * (len(lines) - 1))
             col0 = int(fc * len(lines[line0]))
             ctx = an.context(line0, col0)
-            items, _ = F.completion_items(an, ctx, None, snippets=True)
+            snippets = fc < 0.5
+            items, _ = F.completion_items(an, ctx, None, snippets=snippets)
             for item in items:
                 r = item.text_edit.range
                 assert r.start.line == r.end.line == line0 and r.start.character <= r.end.character
+                assert snippets or item.insert_text_format != T.InsertTextFormat.Snippet
             occ = an.occurrence_at(line0 + 1, col0 + 1)
             if occ is not None:
                 an.definition_of(occ)
                 an.references_of(occ)
             asyncio.run(S._hover_text(stub, "file:///fuzz.tsched", an, line0, col0))
             F.quick_fixes(an, "file:///fuzz.tsched", diags)
+        assert time.perf_counter() - started < 10, "an edit took more than 10 s: a hang"

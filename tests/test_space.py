@@ -218,3 +218,40 @@ def test_vocabulary_is_fixed_and_holds_every_small_integer(tmp_path):
     assert S.read_int(S.int_tokens(50257), 0) == (50257, 7)
     S.write_vocabulary(tmp_path / "vocab.txt")
     assert (tmp_path / "vocab.txt").read_text().split("\n")[:len(S.SPECIALS)] == S.SPECIALS
+
+
+# ------------------------------------------------------------------ membership
+from tensorlang.space.membership import locate  # noqa: E402
+
+
+@pytest.mark.parametrize("file,op,target,seed", [("softmax", "softmax", "cpu", 13), ("dense_gelu", "dense_gelu", "cpu", 9),
+                                                 ("auto", "layernorm", "cuda", 13)])
+def test_sampled_schedules_test_as_in_the_space(file, op, target, seed):
+    doc, space = space_of(file, op, target)
+    points, _ = space.sample(3, seed=seed)
+    for p in points:
+        text = render_schedule(op, target, p.stmts)
+        sched = parse(text)[0].schedules[0]
+        applied = apply_schedule(doc.primfunc(op), doc.model.ops[op], sched)
+        found = locate(space, applied.sch.mod, applied.sch.trace, sched.stmts)
+        assert found.inside, p.decisions
+        assert tvm_ffi.structural_equal(found.point.mod, applied.sch.mod)
+
+
+def test_check_space_hints_outside_schedules_with_an_in_space_fix():
+    doc = api.load(EX / "matmul.tsched")
+    hints = [d for d in api.check(doc, space=True) if d.code == "TS314"]
+    # Both hand-written schedules are legal but not in MetaSchedule's form (no cache_write / no vthread level).
+    assert [(d.span.line, d.severity) for d in hints] == [(11, "hint"), (20, "hint")]
+    fix = hints[0].suggestions[0]
+    text = (EX / "matmul.tsched").read_text()
+    start = text.index("schedule matmul on cpu {")
+    end = text.index("}", start) + 1
+    fixed = text[:start] + "schedule matmul on cpu {\n" + "".join(f"    {l}\n" for l in fix.splitlines()) + "}" + text[end:]
+    doc2 = api.load_text(fixed)
+    diags = api.check(doc2, space=True)
+    assert not [d for d in diags if d.severity == "error"]
+    cpu_line = next(s.span.line for s in doc2.ast.schedules if s.target == "cpu")
+    assert [d.span.line for d in diags if d.code == "TS314"] == [
+        next(s.span.line for s in doc2.ast.schedules if s.target == "h200")]
+    assert cpu_line == 11

@@ -17,9 +17,8 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from tensorlang.analysis.model import FUNCTIONS
-from tensorlang.analysis.primitives import (BOOL, BUFFER, FACTORS, LOOP, LOOPS, SCOPE, SIGNATURES, STAGE,
-                                            STAGE_OR_LOOP, THREAD, Param)
+from tensorlang.analysis.primitives import (BOOL, BUFFER, LOOPS, SCOPE, SIGNATURES, STAGE, STAGE_OR_LOOP, THREAD,
+                                            Param)
 from tensorlang.analysis.dtypes import TVM_DTYPE
 from tensorlang.lsp.incremental import Chunk, IncrementalParser
 from tensorlang.lsp.text import LineIndex, strip_comment, tokenize, word_before
@@ -358,6 +357,7 @@ class Context:
     param: Param | None = None
     positional: bool = True  # a positional argument could go here (so could a keyword)
     in_list: bool = False
+    arg_started: bool = False  # tokens of the current argument precede the word being typed
     after_eq: bool = False
     names_bound: int = 0
     stmts_above: tuple | None = None  # statements before the current one (parsed), None if unknown
@@ -368,21 +368,48 @@ class Context:
     sched_line: int | None = None  # 1-based line of the schedule header
 
 
-_STMT_CACHE: OrderedDict[str, tuple | None] = OrderedDict()
+_REPAIRED: OrderedDict[str, A.Module | None] = OrderedDict()
+
+
+def parse_repaired(text: str) -> A.Module | None:
+    """A (repaired) piece of a document parsed by the core, or None if it has syntax errors."""
+    if text in _REPAIRED:
+        _REPAIRED.move_to_end(text)
+        return _REPAIRED[text]
+    module, diags = parse(text)
+    value = None if diags else module
+    _REPAIRED[text] = value
+    if len(_REPAIRED) > 256:
+        _REPAIRED.popitem(last=False)
+    return value
 
 
 def _parse_statements(text: str) -> tuple | None:
     """The statements of a (repaired) schedule text, or None if it does not parse."""
-    if text in _STMT_CACHE:
-        _STMT_CACHE.move_to_end(text)
-        return _STMT_CACHE[text]
-    module, diags = parse(text)
-    scheds = module.schedules
-    value = tuple(scheds[0].stmts) if scheds and not diags else None
-    _STMT_CACHE[text] = value
-    if len(_STMT_CACHE) > 256:
-        _STMT_CACHE.popitem(last=False)
-    return value
+    module = parse_repaired(text)
+    return tuple(module.schedules[0].stmts) if module is not None and len(module.schedules) == 1 else None
+
+
+def op_for_completion(an: "Analysis", ctx: "Context") -> A.Op | None:
+    """The operator around the cursor: parsed, or -- while a line of it is being typed -- its lines above
+    the cursor, closed, or at least its signature."""
+    op = an.op_ast(ctx.op or "")
+    if op is not None and op.span.line - 1 <= ctx.line0 <= op.span.end_line - 1:
+        return op
+    chunk = ctx.chunk
+    if chunk is None:
+        return op
+    lines = chunk.text.split("\n")
+    rel = ctx.line0 - chunk.start
+    tries = ["\n".join(lines[:rel])]
+    header = next((n for n, l in enumerate(lines) if "{" in strip_comment(l)), None)
+    if header is not None and header < rel:
+        tries.append("\n".join(lines[:header + 1]))
+    for head in tries:
+        module = parse_repaired("\n" * chunk.start + head + "\n}\n")
+        if module is not None and module.ops:
+            return module.ops[0]
+    return op
 
 
 def completion_context(an: Analysis, line0: int, col0: int) -> Context:
@@ -522,7 +549,9 @@ def _schedule_context(an: Analysis, ctx: Context, toks, braces: int, chunk: Chun
     repaired = "\n" * chunk.start + an.text[chunk_offset:upto_offset] + "\n}"
     ctx.stmts_above = _parse_statements(repaired)
     if ctx.stmts_above is not None:
-        ctx.upto_line = max((s.span.line for s in ctx.stmts_above), default=ctx.sched_line)
+        # apply_schedule(..., upto_line=cursor line - 1); the cursor line too if a statement above ends on it
+        on_cursor_line = any(s.span.line == ctx.line0 + 1 for s in ctx.stmts_above)
+        ctx.upto_line = ctx.line0 + 1 if on_cursor_line else ctx.line0
     # the current statement's text before the cursor, and whether statements follow it in the block
     cur_start = (cur[0].line, cur[0].col) if cur else (ctx.line0, ctx.start)
     ctx.stmt_text = an.text[an.index.offset(*cur_start):an.index.offset(ctx.line0, ctx.col0)]
@@ -558,6 +587,7 @@ def _schedule_context(an: Analysis, ctx: Context, toks, braces: int, chunk: Chun
         else:
             pieces[-1].append(t)
     current = pieces[-1]
+    ctx.arg_started = bool(current)
     ctx.in_list = sum(1 for t in current if t.text == "[") > sum(1 for t in current if t.text == "]")
     sig = SIGNATURES.get(ctx.prim or "")
     ctx.where = "sched_arg"

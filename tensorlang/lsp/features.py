@@ -14,10 +14,10 @@ from lsprotocol import types as T
 from tensorlang import diagnostics as Dg
 from tensorlang.analysis.dtypes import TVM_DTYPE
 from tensorlang.analysis.model import FUNCTIONS
-from tensorlang.analysis.primitives import (BOOL, BUFFER, FACTORS, INT, LOOP, LOOPS, SCOPE, SCOPES, SIGNATURES, STAGE,
-                                            STAGE_OR_LOOP, STR, THREAD, THREAD_AXES, VALUE)
+from tensorlang.analysis.primitives import (BOOL, BUFFER, LOOP, LOOPS, SCOPE, SCOPES, SIGNATURES, STAGE, STAGE_OR_LOOP,
+                                            STR, THREAD, THREAD_AXES, VALUE)
 from tensorlang.analysis.targets import CPU_VECTOR_BITS, GPU_DEFAULTS, PARAMS, gpu_limits
-from tensorlang.lsp.analysis import CONSTANTS, KEYWORDS, Analysis, Context, Occ, arg_params
+from tensorlang.lsp.analysis import CONSTANTS, KEYWORDS, Analysis, Context, Occ, arg_params, op_for_completion
 from tensorlang.lsp.text import tokenize
 from tensorlang.parser import ast as A
 from tensorlang.parser import format_module, parse
@@ -167,7 +167,7 @@ def completion_items(an: Analysis, ctx: Context, state: dict | None = None,
     elif w == "dtype":
         items += [_edit_item(an, ctx, d, K.TypeParameter, detail=TVM_DTYPE[d]) for d in TVM_DTYPE]
     elif w == "op_body":
-        items += _op_body_items(an, ctx)
+        items += _op_body_items(an, ctx, snippets)
     elif w == "sched_op":
         items += [_edit_item(an, ctx, o.name, K.Function, detail="@auto op" if o.is_auto else "op")
                   for o in an.ast.ops]
@@ -193,10 +193,10 @@ def target_items(an: Analysis, ctx: Context) -> list[T.CompletionItem]:
     return out
 
 
-def _op_body_items(an: Analysis, ctx: Context) -> list[T.CompletionItem]:
+def _op_body_items(an: Analysis, ctx: Context, snippets: bool = True) -> list[T.CompletionItem]:
     K = T.CompletionItemKind
     out = []
-    op = an.op_ast(ctx.op or "")
+    op = op_for_completion(an, ctx)
     seen = set()
     if op is not None:
         for p in list(op.inputs) + list(op.outputs) + op.declarations:
@@ -208,20 +208,27 @@ def _op_body_items(an: Analysis, ctx: Context) -> list[T.CompletionItem]:
             if st.tensor not in seen and st.span.line - 1 < ctx.line0:
                 seen.add(st.tensor)
                 out.append(_edit_item(an, ctx, st.tensor, K.Variable, detail="intermediate", sort="0" + st.tensor))
-    # the index names on the current line
-    line = an.index.line(ctx.line0)
-    for tok in tokenize(line):
-        if tok.kind == "name" and tok.col != ctx.start and tok.text not in seen and tok.text not in FUNCTIONS \
-                and tok.text not in KEYWORDS and tok.text not in TVM_DTYPE and len(tok.text) <= 3:
-            if tok.text not in {i.label for i in out}:
+    # index names: the names in subscripts on the current line
+    depth = 0
+    toks = tokenize(an.index.line(ctx.line0))
+    for n, tok in enumerate(toks):
+        if tok.text == "[":
+            depth += 1
+        elif tok.text == "]":
+            depth = max(0, depth - 1)
+        elif tok.kind == "name" and depth > 0 and tok.col != ctx.start and tok.text not in seen:
+            following = toks[n + 1].text if n + 1 < len(toks) else ""
+            if following not in ("[", "(") and tok.text not in KEYWORDS:
+                seen.add(tok.text)
                 out.append(_edit_item(an, ctx, tok.text, K.Variable, detail="index", sort="1" + tok.text))
     for name, n in FUNCTIONS.items():
-        args = ", ".join(f"${{{i + 1}:{a}}}" for i, a in enumerate("xy"[:n] if n <= 2 else "xyz"))
-        out.append(_edit_item(an, ctx, name, K.Function, f"{name}({args})", f"{name}({', '.join('xy'[:n])})",
-                              snippet=True, sort="2" + name))
+        params = "xy"[:n]
+        args = ", ".join(f"${{{i + 1}:{a}}}" for i, a in enumerate(params))
+        out.append(_edit_item(an, ctx, name, K.Function, f"{name}({args})" if snippets else name,
+                              f"{name}({', '.join(params)})", snippet=snippets, sort="2" + name))
     for d in TVM_DTYPE:
-        out.append(_edit_item(an, ctx, d, K.TypeParameter, f"{d}(${{1:x}})", f"cast to {TVM_DTYPE[d]}", snippet=True,
-                              sort="3" + d))
+        out.append(_edit_item(an, ctx, d, K.TypeParameter, f"{d}(${{1:x}})" if snippets else d,
+                              f"cast to {TVM_DTYPE[d]}", snippet=snippets, sort="3" + d))
     for kw in ("if", "else", "and", "or", "not"):
         out.append(_edit_item(an, ctx, kw, K.Keyword, sort="4" + kw))
     return out
@@ -233,8 +240,8 @@ def _argument_items(an: Analysis, ctx: Context, state: dict | None) -> tuple[lis
     complete = True
     sig = SIGNATURES.get(ctx.prim or "")
     p = ctx.param
-    if sig is None:
-        return out, True
+    if sig is None or (ctx.positional and ctx.arg_started and not ctx.in_list):
+        return out, True  # after a complete argument (`split(C.i, [4, 8]|`): nothing to add but a comma
     kind = p.kind if p else None
     if kind in (LOOP, LOOPS, STAGE, STAGE_OR_LOOP) and not ctx.in_list:
         if state is not None:
@@ -273,9 +280,9 @@ def _argument_items(an: Analysis, ctx: Context, state: dict | None) -> tuple[lis
                 ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")]
     elif kind == VALUE:
         out += [_edit_item(an, ctx, v, K.Constant) for v in ("True", "False")]
-    if ctx.positional and not ctx.in_list and not (kind in (LOOPS,) and False):
+    if ctx.positional and not ctx.in_list:
         for q in sig.params:
-            if not q.required and q.name not in ctx.given and (p is None or q.name != p.name or not ctx.positional):
+            if not q.required and q.name not in ctx.given:
                 out.append(_edit_item(an, ctx, f"{q.name}=", K.Property, f"{q.name}=",
                                       detail=f"{q.kind}, default {q.default}", sort=f"9{q.name}"))
     return out, complete
@@ -286,7 +293,7 @@ def _normalize(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def _generated_statements(op: str, target: str, text: str):
+def generated_statements(op: str, target: str, text: str):
     """(lines, statements) of a generated schedule, or None if it does not parse as statements."""
     lines = [l.strip() for l in text.strip().split("\n") if l.strip()]
     module, diags = parse(f"schedule {op} on {target} {{\n" + "\n".join(lines) + "\n}\n")
@@ -302,7 +309,7 @@ def schedule_insertion(an: Analysis, ctx: Context, gen: dict, target: str) -> tu
     text = gen.get("schedule_text")
     if not text or ctx.where != "sched_head" or ctx.stmts_above is None or ctx.stmts_below or not ctx.op:
         return None
-    parsed = _generated_statements(ctx.op, target, text)
+    parsed = generated_statements(ctx.op, target, text)
     if parsed is None:
         return None
     lines, stmts = parsed
@@ -341,7 +348,7 @@ def block_insertion(an: Analysis, ctx: Context, op: str, gen: dict, target: str)
         return None
     if an.index.line(ctx.line0)[:ctx.start].strip():
         return None
-    parsed = _generated_statements(op, target, text)
+    parsed = generated_statements(op, target, text)
     if parsed is None:
         return None
     lines, _ = parsed

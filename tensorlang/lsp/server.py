@@ -50,6 +50,9 @@ STATE_WAIT_S = 4.0  # how long a completion or hover waits for loop names from t
 GENERATE_WAIT_S = 8.0  # ... and for a generated schedule
 TESTING = os.environ.get("TENSORLANG_LSP_TESTING") == "1"
 
+# where a space typed is a cue for names: `schedule `, `schedule OP on `, `target t = `, `split(C.i, `
+SPACE_TRIGGERED = ("sched_op", "sched_on", "sched_target", "target_kind", "sched_arg", "sched_head")
+
 CMD_LOWER = "tensorlang.lower"
 CMD_MEASURE = "tensorlang.measure"
 
@@ -385,6 +388,9 @@ def create_server() -> TensorlangServer:
         an = ls.analysis(params.text_document.uri)
         line0, col0 = F.from_position(an, params.position)
         ctx = an.context(line0, col0)
+        trigger = params.context.trigger_character if params.context else None
+        if trigger == " " and ctx.where not in SPACE_TRIGGERED:  # a space is typed everywhere: not a prompt
+            return T.CompletionList(is_incomplete=True, items=[])
         state = None
         if ctx.where == "sched_arg" and ctx.param is not None and ctx.param.kind in (LOOP, LOOPS, STAGE,
                                                                                       STAGE_OR_LOOP):
@@ -394,7 +400,7 @@ def create_server() -> TensorlangServer:
         generated, gen_complete = await _generated_items(ls, an, ctx)
         return T.CompletionList(is_incomplete=not (complete and gen_complete), items=generated + items)
 
-    @server.feature(T.TEXT_DOCUMENT_INLINE_COMPLETION)
+    @server.feature(T.TEXT_DOCUMENT_INLINE_COMPLETION, T.InlineCompletionOptions())
     @guarded(lambda: None, "inline completion")
     async def inline_completion(ls: TensorlangServer, params: T.InlineCompletionParams):
         an = ls.analysis(params.text_document.uri)
@@ -512,7 +518,8 @@ def create_server() -> TensorlangServer:
                                                        f"tensorlang: cannot lower {op} on {target}: {res.get('error')}"))
             return {"ok": False, "error": res.get("error")}
         ext = {"tir": ".py", "cuda": ".cu", "llvm": ".ll", "ptx": ".ptx"}.get(emit, ".txt")
-        out_dir = Path(tempfile.gettempdir()) / f"tensorlang-lsp-{os.getpid()}"
+        # one directory per user, each operator and target one file, rewritten by the next lowering
+        out_dir = Path(tempfile.gettempdir()) / f"tensorlang-lsp-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
         out_dir.mkdir(parents=True, exist_ok=True)
         out = out_dir / f"{op}-{target}{'' if emit != 'tir' else '.tir'}{ext}"
         header = "#" if emit == "tir" else ";" if emit == "llvm" else "//"
@@ -632,7 +639,7 @@ async def _generate_actions(ls: TensorlangServer, uri: str, an: Analysis, line0:
         end = T.Position(item.span.end_line - 1, an.index.to_units(item.span.end_line - 1, item.span.end_col - 1))
         for target in F.targets_for_generation(an, item.name):
             gen = await ls.generation(an, item.name, target)
-            parsed = F._generated_statements(item.name, target, gen["schedule_text"]) \
+            parsed = F.generated_statements(item.name, target, gen["schedule_text"]) \
                 if gen and gen.get("schedule_text") else None
             if parsed is None:
                 continue
@@ -643,15 +650,17 @@ async def _generate_actions(ls: TensorlangServer, uri: str, an: Analysis, line0:
                 edit=T.WorkspaceEdit(changes={uri: [T.TextEdit(T.Range(end, end), block)]})))
     elif isinstance(item, A.Schedule) and item.op in an.model.ops and item.target in an.model.targets:
         gen = await ls.generation(an, item.op, item.target)
-        parsed = F._generated_statements(item.op, item.target, gen["schedule_text"]) \
+        parsed = F.generated_statements(item.op, item.target, gen["schedule_text"]) \
             if gen and gen.get("schedule_text") else None
         k = len(item.stmts)
         if parsed is not None and k < len(parsed[1]) and tuple(parsed[1][:k]) == tuple(item.stmts):
-            close = T.Position(item.span.end_line - 1, an.index.to_units(item.span.end_line - 1,
-                                                                          item.span.end_col - 2))
+            line0, col0 = item.span.end_line - 1, item.span.end_col - 2  # the closing `}`
             text = "".join(f"    {l}\n" for l in parsed[0][k:])
-            if close.character > 0 and an.index.line(close.line)[:item.span.end_col - 2].strip():
-                text = "\n" + text  # `}` on a line with code: start a new line
+            if an.index.line(line0)[:col0].strip():
+                text = "\n" + text  # `}` after code on its line: start a new line
+            else:
+                col0 = 0  # `}` alone on its line: insert whole lines above it
+            close = T.Position(line0, an.index.to_units(line0, col0))
             actions.append(T.CodeAction(
                 title=f"Generate schedule ({len(parsed[0]) - k} statements from policy '{gen['policy']}')",
                 kind=T.CodeActionKind.Refactor,
@@ -731,12 +740,16 @@ async def _hover_text(ls: TensorlangServer, uri: str, an: Analysis, line0: int, 
                " with `.x`, `.y`, `.z`"
     elif occ.kind == "scope":
         text = "storage scope: `global`, `shared`, `shared.dyn`, `local`, `warp`"
-    elif occ.kind == "dtype":
+    elif occ.kind in ("dtype", "cast"):
         from tensorlang.analysis.dtypes import TVM_DTYPE
-        text = f"dtype `{an.index.line(line0)[occ.span.col - 1:occ.span.end_col - 1]}`"
         word = an.index.line(line0)[occ.span.col - 1:occ.span.end_col - 1]
-        if word in TVM_DTYPE:
-            text = f"dtype `{word}`: {TVM_DTYPE[word]}"
+        what = "cast to" if occ.kind == "cast" else "dtype"
+        text = f"{what} `{word}`" + (f": {TVM_DTYPE[word]}" if word in TVM_DTYPE else "")
+    elif occ.kind == "func":
+        from tensorlang.analysis.model import FUNCTIONS
+        word = an.index.line(line0)[occ.span.col - 1:occ.span.end_col - 1]
+        if word in FUNCTIONS:
+            text = f"function `{word}` ({FUNCTIONS[word]} argument{'s' if FUNCTIONS[word] > 1 else ''})"
     if text:
         parts.insert(0, text)
     return "\n\n---\n\n".join(p for p in parts if p) or None

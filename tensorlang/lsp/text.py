@@ -17,6 +17,7 @@ class LineIndex:
         self.text = text
         self.lines = text.split("\n")
         self.encoding = encoding if encoding in (UTF8, UTF16, UTF32) else UTF16
+        self._starts: list[int] | None = None
 
     def line(self, n0: int) -> str:
         """Line n (0-based) without its newline ('' past the end)."""
@@ -67,8 +68,14 @@ class LineIndex:
 
     def offset(self, n0: int, col0: int) -> int:
         """Character offset of a 0-based (line, code-point col) in the text."""
+        if self._starts is None:
+            starts, at = [], 0
+            for line in self.lines:
+                starts.append(at)
+                at += len(line) + 1
+            self._starts = starts
         n0 = max(0, min(n0, len(self.lines) - 1))
-        return sum(len(line) + 1 for line in self.lines[:n0]) + min(col0, len(self.lines[n0]))
+        return self._starts[n0] + min(col0, len(self.lines[n0]))
 
 
 # ------------------------------------------------------------------ lexer

@@ -44,6 +44,7 @@ class DecisionPoint:
     role: str = ""
     axes: tuple = ()
     axis: int = -1
+    sites: tuple = ()  # location: for each domain value, the loop's name ("" for inline/root)
 
 
 @dataclass
@@ -156,8 +157,12 @@ class Space:
                                  f"one of {list(candidates)}", candidates=candidates)
         if kind == "SampleComputeLocation":
             block = inputs[0]
-            return DecisionPoint(LOCATION, self.location_domain(sch, block),
-                                 f"compute-at site of {sch.get(block).name_hint}")
+            domain = self.location_domain(sch, block)
+            consumers = sch.get_consumers(block)
+            loops = [sch.get(l).loop_var.name for l in sch.get_loops(consumers[0])] if consumers else []
+            sites = tuple(loops[d] if d >= 0 else "" for d in domain)
+            name = sch.get(block).name_hint
+            return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", stage=name, sites=sites)
         return None
 
     @staticmethod

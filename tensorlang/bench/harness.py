@@ -1,0 +1,363 @@
+"""Measure candidates side by side: build in parallel, check against NumPy, time one at a time.
+
+    results = measure_candidates([Candidate("roller", text, "cpu", schedule_text), ...], repeat=10, timeout_s=30)
+
+1. build: every TVM candidate is lowered (from .tsched text, where it is text), compiled and exported
+   to a shared library in a pool of worker processes (`spawn`; each imports TVM once), in parallel;
+   the NumPy references are computed meanwhile;
+2. check: under the machine-wide measurement lock (bench/lock.py), each kernel is loaded in a kernel
+   runner process and run once on the standard-normal inputs of `interp.random_inputs`; its outputs
+   are compared with the float64 reference (`interp.compare`); a wrong kernel is not timed;
+3. time: still under the lock, R rounds; each round times every remaining candidate once, one at a
+   time, in an order rotated by one each round (interleaved, so drift and noise spread evenly);
+   one timing is TVM's `time_evaluator` (a warm-up call, then enough calls to fill `min_repeat_ms`,
+   their mean). A result has the median, min and max over the rounds.
+
+A kernel that crashes its runner (`crash`) or does not answer within `timeout_s` (`timeout`) is
+recorded as such; its runner is replaced and the run continues with the next candidate.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tensorlang.bench import pool as P
+from tensorlang.bench.lock import measure_lock
+
+# Result.status values
+OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE = (
+    "ok", "wrong", "schedule-error", "build-error", "crash", "timeout", "error", "no-schedule")
+STATUSES = (OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE)
+
+
+@dataclass
+class PythonKernel:
+    """A kernel in Python (PyTorch, NumPy...). `factory`: 'package.module:function' or
+    '/path/file.py:function'; called in the runner as factory(inputs, outputs, **kwargs) with the input
+    arrays (name -> ndarray, in the operator's order) and outputs as (name, shape, numpy dtype); it
+    returns a function of no arguments that runs the kernel and returns name -> output array."""
+    factory: str
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """One thing to measure.
+
+    op: an OpModel, or .tsched text holding the operator (`op_name` picks one if it holds several);
+    target: a TargetModel, or the name of a target of that text (`llvm` = this host);
+    schedule: a scheduled tvm.IRModule, .tsched schedule text (a `schedule` block or bare statements),
+    a PythonKernel, or None (the operator unscheduled); info: carried to the Result as is."""
+    name: str
+    op: Any
+    target: Any
+    schedule: Any = None
+    op_name: str | None = None
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    name: str
+    op: str
+    target: str
+    status: str  # see STATUSES
+    message: str = ""
+    times_s: list = field(default_factory=list)  # one figure per round (seconds per call)
+    max_abs: float | None = None
+    max_rel: float | None = None
+    flops: int = 0
+    schedule_s: float | None = None  # applying the .tsched text (build worker)
+    compile_s: float | None = None  # tvm.compile + export (build worker)
+    load_s: float | None = None  # loading the kernel in the runner
+    lock_wait_s: float = 0.0
+    info: dict = field(default_factory=dict)
+    worker: dict = field(default_factory=dict)  # what the worker processes report (pids, imports)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def correct(self) -> bool | None:
+        return None if self.max_abs is None else self.status != WRONG
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.times_s) if self.times_s else None
+
+    @property
+    def min_s(self) -> float | None:
+        return min(self.times_s) if self.times_s else None
+
+    @property
+    def max_s(self) -> float | None:
+        return max(self.times_s) if self.times_s else None
+
+    @property
+    def gflops(self) -> float | None:
+        m = self.median_s
+        return self.flops / m / 1e9 if m else None
+
+
+@dataclass
+class _Item:
+    cand: Candidate
+    result: Result
+    op: Any = None  # OpModel
+    target: Any = None  # TargetModel
+    slot: str = "tvm"
+    key: str = ""
+    spec: dict | None = None  # runner load spec, once built
+    future: Any = None
+
+
+def _resolve(c: Candidate):
+    """(OpModel, TargetModel) of a candidate."""
+    from tensorlang.analysis.model import OpModel, TargetModel
+    if isinstance(c.op, OpModel):
+        op = c.op
+        if isinstance(c.target, TargetModel):
+            return op, c.target
+        from tensorlang import api
+        doc = api.load_text("")
+        if c.target not in doc.model.targets:
+            raise ValueError(f"target '{c.target}': give a TargetModel (only llvm/cuda are known without a file)")
+        return op, doc.model.targets[c.target]
+    from tensorlang import api
+    doc = api.load_text(str(c.op), f"<{c.name}>")
+    errors = [d for d in doc.diagnostics if d.severity == "error"]
+    if errors:
+        raise ValueError(f"the operator text has errors: {errors[0].code} {errors[0].message}")
+    if not doc.model.ops:
+        raise ValueError("the operator text holds no operator")
+    name = c.op_name or next(iter(doc.model.ops))
+    if name not in doc.model.ops:
+        raise ValueError(f"no operator '{name}' in the text; operators: {', '.join(doc.model.ops)}")
+    target = c.target if isinstance(c.target, TargetModel) else doc.model.targets.get(c.target)
+    if target is None:
+        raise ValueError(f"no target '{c.target}' in the text; targets: {', '.join(doc.model.targets)}")
+    return doc.model.ops[name], target
+
+
+class Harness:
+    """Build and runner pools that outlive one measurement (a data collector keeps one open)."""
+
+    def __init__(self, jobs: int | None = None, threads: int | None = None, workdir: str | None = None):
+        from tensorlang.lower.targets import host_cores
+        self.jobs = jobs or host_cores()
+        self.threads = threads
+        self._own_dir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="tensorlang-bench-")
+        self.kernels = P.KernelPool(self.workdir, threads)
+        self._builds = None
+        self._n = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.kernels.close()
+        if self._builds is not None:
+            P.kill_pool(self._builds)
+            self._builds = None
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def builds(self):
+        if self._builds is None:
+            self._builds = P.build_pool(self.jobs)
+        return self._builds
+
+    # --------------------------------------------------------------- measure
+    def measure(self, candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
+                min_repeat_ms: float = 100, verify: bool = True, seed: int = 0, build_timeout_s: float = 300.0,
+                lock: bool = True, lock_path: str | None = None,
+                progress: Callable[[str], None] | None = None) -> list[Result]:
+        say = progress or (lambda msg: None)
+        items = [self._item(c) for c in candidates]
+        todo = [it for it in items if it.result.status == OK]
+        if any(it.slot == "tvm" for it in todo):
+            self.kernels.prestart("tvm")
+        # 1. builds, in parallel; references meanwhile
+        for it in todo:
+            if it.slot == "tvm":
+                self._n += 1
+                safe = "".join(ch if ch.isalnum() else "_" for ch in it.cand.name)[:40]
+                path = os.path.join(self.workdir, f"k{self._n}_{safe}.so")
+                job = {"op": it.op, "target": it.target, "schedule": it.cand.schedule, "path": path}
+                it.future = self.builds().submit(P.W.build_job, job)
+            else:
+                it.spec = {"kind": "python", "factory": it.cand.schedule.factory, "kwargs": it.cand.schedule.kwargs}
+        inputs, refs = {}, {}
+        from tensorlang import interp
+        for it in todo:
+            if id(it.op) not in inputs:
+                inputs[id(it.op)] = interp.random_inputs(it.op, seed)
+                if verify:
+                    refs[id(it.op)] = interp.reference_outputs(it.op, inputs[id(it.op)])
+        self._collect_builds([it for it in todo if it.future is not None], build_timeout_s, say)
+        from tensorlang.analysis import dtypes as D
+        todo = [it for it in todo if it.result.status == OK]
+        for it in todo:
+            it.spec.update(inputs={t.name: inputs[id(it.op)][t.name] for t in it.op.inputs},
+                           outputs=[(t.name, t.shape, str(D.numpy_dtype(t.dtype))) for t in it.op.outputs])
+        # 2 and 3, under the lock
+        ctx = measure_lock(lock_path) if lock else _no_lock()
+        with ctx as held:
+            wait = held.wait_s if held else 0.0
+            for it in items:
+                it.result.lock_wait_s = wait
+            for it in todo:
+                self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
+            timed = [it for it in todo if it.result.status == OK]
+            for r in range(repeat):
+                if not timed:
+                    break
+                k = r % len(timed)
+                for it in timed[k:] + timed[:k]:
+                    if it.result.status != OK:
+                        continue
+                    try:
+                        it.result.times_s.append(self.kernels.request(it.slot, it.key, ("time", it.key, min_repeat_ms),
+                                                                      timeout_s))
+                    except P.WorkerDied as e:
+                        it.result.status, it.result.message = e.status, e.message
+                        say(f"{it.cand.name}: {e.status} while timing: {e.message}")
+                    except P.RequestError as e:
+                        it.result.status, it.result.message = ERROR, str(e)
+                say(f"round {r + 1}/{repeat} done")
+        for it in todo:
+            try:
+                self.kernels.unload(it.slot, it.key)
+            except (P.WorkerDied, P.RequestError):
+                pass
+            if it.spec.get("path"):
+                try:
+                    os.unlink(it.spec["path"])
+                except OSError:
+                    pass
+        for it in items:
+            if it.result.status != OK:
+                it.result.times_s = []  # a kernel that failed a round has no valid figure
+        return [it.result for it in items]
+
+    def _item(self, c: Candidate) -> _Item:
+        res = Result(c.name, getattr(c.op, "name", c.op_name or "?"), getattr(c.target, "name", str(c.target)),
+                     OK, info=dict(c.info))
+        it = _Item(c, res)
+        try:
+            it.op, it.target = _resolve(c)
+        except ValueError as e:
+            res.status, res.message = ERROR, str(e)
+            return it
+        res.op, res.target, res.flops = it.op.name, it.target.name, it.op.flops
+        if it.target.is_gpu:
+            res.status, res.message = ERROR, "measuring needs a CPU target (GPU kernels cannot run here)"
+        self._n += 1
+        it.key = f"c{self._n}"
+        it.slot = "python" if isinstance(c.schedule, PythonKernel) else "tvm"
+        return it
+
+    def _collect_builds(self, items: list[_Item], timeout_s: float, say) -> None:
+        retry = []
+        deadline = time.monotonic() + timeout_s
+        for it in items:
+            try:
+                out = it.future.result(timeout=max(1.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                it.result.status, it.result.message = BUILD_ERROR, f"the build took longer than {timeout_s:g} s"
+                continue
+            except BrokenProcessPool:
+                retry.append(it)
+                continue
+            self._take_build(it, out, say)
+        if any(it.result.status == BUILD_ERROR and "longer than" in it.result.message for it in items) or retry:
+            P.kill_pool(self._builds)
+            self._builds = None
+        for it in retry:  # a worker died: rebuild each of the affected alone, to find the culprit
+            job = {"op": it.op, "target": it.target, "schedule": it.cand.schedule,
+                   "path": os.path.join(self.workdir, f"{it.key}_retry.so")}
+            pool = P.build_pool(1)
+            try:
+                self._take_build(it, pool.submit(P.W.build_job, job).result(timeout=timeout_s), say)
+            except BrokenProcessPool:
+                it.result.status, it.result.message = CRASH, "the compiler crashed while building this candidate"
+            except FutureTimeout:
+                it.result.status, it.result.message = BUILD_ERROR, f"the build took longer than {timeout_s:g} s"
+            finally:
+                P.kill_pool(pool)
+
+    def _take_build(self, it: _Item, out: dict, say) -> None:
+        r = it.result
+        r.schedule_s, r.compile_s = out.get("schedule_s"), out.get("compile_s")
+        r.worker["build_pid"] = out.get("pid")
+        if "error" in out:
+            r.status = SCHEDULE_ERROR if out["stage"] == "schedule" else BUILD_ERROR
+            r.message = out["error"]
+            say(f"{it.cand.name}: {r.status}: {r.message}")
+            return
+        r.worker["build_tensor_intrin"] = out.get("tensor_intrin")
+        it.spec = {"kind": "tvm", "path": out["path"]}
+
+    def _check(self, it: _Item, ref: dict | None, timeout_s: float, verify: bool, say) -> None:
+        from tensorlang import interp
+        r = it.result
+        try:
+            got = self.kernels.load(it.slot, it.key, dict(it.spec, return_outputs=verify, run=True), timeout_s)
+        except P.WorkerDied as e:
+            r.status, r.message = e.status, e.message
+            say(f"{it.cand.name}: {e.status}: {e.message}")
+            return
+        except P.RequestError as e:
+            r.status, r.message = ERROR, str(e)
+            say(f"{it.cand.name}: error: {e}")
+            return
+        r.load_s = got["load_s"]
+        runner = self.kernels.runners.get(it.slot)
+        if runner is not None:
+            r.worker["runner_pid"] = runner.info.get("pid")
+            r.worker["runner_tensor_intrin"] = runner.info.get("tensor_intrin")
+        if not verify:
+            return
+        worst_abs, worst_rel, ok = 0.0, 0.0, True
+        for t in it.op.outputs:
+            out = got["outputs"].get(t.name)
+            if out is None or tuple(out.shape) != tuple(t.shape):
+                r.status, r.message = WRONG, f"output {t.name} missing or of the wrong shape"
+                return
+            c = interp.compare(out, ref[t.name], t.dtype)
+            worst_abs, worst_rel, ok = max(worst_abs, c["max_abs"]), max(worst_rel, c["max_rel"]), ok and c["ok"]
+        r.max_abs, r.max_rel = worst_abs, worst_rel
+        if not ok:
+            r.status, r.message = WRONG, "mismatch against the NumPy reference"
+            say(f"{it.cand.name}: wrong result (max abs error {worst_abs:.3g})")
+
+
+class _no_lock:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def measure_candidates(candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
+                       harness: Harness | None = None, jobs: int | None = None, threads: int | None = None,
+                       **kwargs) -> list[Result]:
+    """Build, check and time `candidates` side by side (see the module's docstring); one Result each, in order.
+    kwargs: min_repeat_ms, verify, seed, build_timeout_s, lock, lock_path, progress (Harness.measure)."""
+    if harness is not None:
+        return harness.measure(candidates, repeat, timeout_s, **kwargs)
+    with Harness(jobs=jobs, threads=threads) as h:
+        return h.measure(candidates, repeat, timeout_s, **kwargs)

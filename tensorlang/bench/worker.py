@@ -1,0 +1,218 @@
+"""What runs in the harness's worker processes: building a candidate, and running kernels.
+
+Both kinds of worker are started with the `spawn` method and import TVM once (never
+`tvm.s_tir.tensor_intrin`). This module imports neither TVM nor NumPy at the top, so that the
+environment a runner sets up (thread counts) is in place before TVM's runtime starts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+# ------------------------------------------------------------------ builds
+
+
+def build_init():
+    """ProcessPoolExecutor initializer: pay the imports once per worker, not in the first build's time."""
+    import tvm  # noqa: F401
+
+    import tensorlang.lower.build  # noqa: F401
+    import tensorlang.lower.schedule  # noqa: F401
+    import tensorlang.lower.te_build  # noqa: F401
+
+
+def schedule_block(text: str, op: str, target: str) -> str:
+    """.tsched schedule text as a `schedule` block: a block as is, bare statements wrapped in one."""
+    if text.lstrip().startswith("schedule ") or "\nschedule " in text:
+        return text
+    body = "".join(f"    {line}\n" for line in text.splitlines() if line.strip())
+    return f"schedule {op} on {target} {{\n{body}}}\n"
+
+
+def lower_text(op_model, text: str, target_name: str = "t"):
+    """(scheduled IRModule, None) or (None, message): apply .tsched schedule text to the operator."""
+    from tensorlang.lower.schedule import apply_schedule
+    from tensorlang.lower.te_build import build_primfunc
+    from tensorlang.parser import parse
+    module, diags = parse(schedule_block(text, op_model.name, target_name))
+    errors = [d for d in diags if d.severity == "error"]
+    if errors:
+        return None, f"{errors[0].code} {errors[0].message} (line {errors[0].span.line} of the schedule)"
+    if len(module.schedules) != 1:
+        return None, f"expected one schedule block, found {len(module.schedules)}"
+    applied = apply_schedule(build_primfunc(op_model), op_model, module.schedules[0])
+    errors = [d for d in applied.diags if d.severity == "error"]
+    if errors:
+        return None, f"{errors[0].code} {errors[0].message} (line {errors[0].span.line} of the schedule)"
+    return applied.sch.mod, None
+
+
+def build_job(job: dict) -> dict:
+    """One candidate: (.tsched text ->) scheduled module -> compiled -> exported shared library.
+
+    job: {"op": OpModel, "target": TargetModel, "schedule": IRModule | str | None, "path": .so path}.
+    Returns {"path", "schedule_s", "compile_s", "pid", "tensor_intrin"} or {"error", "stage", ...}."""
+    from tensorlang.lower.build import BuildError, compile_module
+    from tensorlang.lower.targets import tvm_target
+    from tensorlang.lower.te_build import build_primfunc
+    out = {"pid": os.getpid(), "schedule_s": None, "compile_s": None}
+    op, sched = job["op"], job["schedule"]
+    t0 = time.perf_counter()
+    try:
+        if isinstance(sched, str):
+            mod, msg = lower_text(op, sched, job["target"].name)
+            out["schedule_s"] = time.perf_counter() - t0
+            if mod is None:
+                return {**out, "error": msg, "stage": "schedule"}
+        elif sched is None:
+            mod = build_primfunc(op)
+        else:
+            mod = sched
+        t1 = time.perf_counter()
+        lib = compile_module(mod, tvm_target(job["target"]))
+        lib.export_library(job["path"])
+        out["compile_s"] = time.perf_counter() - t1
+    except BuildError as e:
+        return {**out, "error": str(e), "stage": "build"}
+    except Exception as e:  # an internal error in one candidate must not stop the others
+        return {**out, "error": f"{type(e).__name__}: {e}", "stage": "build",
+                "traceback": traceback.format_exc(limit=5)}
+    out["path"] = job["path"]
+    out["tensor_intrin"] = "tvm.s_tir.tensor_intrin" in sys.modules
+    return out
+
+
+# ------------------------------------------------------------------ runner
+
+
+def _load_factory(spec: str):
+    """'package.module:function' or '/path/to/file.py:function' -> the function."""
+    import importlib
+    import importlib.util
+    where, _, name = spec.rpartition(":")
+    if where.endswith(".py"):
+        mod_name = "_tensorlang_kernels_" + str(abs(hash(os.path.abspath(where))))
+        module = sys.modules.get(mod_name)
+        if module is None:
+            s = importlib.util.spec_from_file_location(mod_name, where)
+            module = importlib.util.module_from_spec(s)
+            sys.modules[mod_name] = module
+            s.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+class _TvmKernel:
+    def __init__(self, path: str, inputs: dict, outputs: list):
+        import numpy as np
+        import tvm
+        self.dev = tvm.cpu(0)
+        self.module = tvm.runtime.load_module(path)
+        self.func = self.module["main"]
+        self.args = [tvm.runtime.tensor(np.ascontiguousarray(a), self.dev) for a in inputs.values()]
+        self.outs = [tvm.runtime.tensor(np.zeros(shape, dtype=dtype), self.dev) for _, shape, dtype in outputs]
+        self.names = [n for n, _, _ in outputs]
+        self.timer = None
+
+    def run(self) -> dict:
+        self.func(*self.args, *self.outs)
+        return {n: o.numpy() for n, o in zip(self.names, self.outs)}
+
+    def time(self, min_repeat_ms: float) -> float:
+        if self.timer is None:
+            self.timer = self.module.time_evaluator("main", self.dev, number=1, repeat=1,
+                                                    min_repeat_ms=int(max(1, min_repeat_ms)))
+        return float(self.timer(*self.args, *self.outs).results[0])
+
+
+class _PythonKernel:
+    """A kernel written in Python (PyTorch, NumPy): `factory(inputs, outputs, **kwargs)` returns a
+    function of no arguments that runs the kernel and returns its outputs as a name -> array dict."""
+
+    def __init__(self, factory: str, kwargs: dict, inputs: dict, outputs: list):
+        self.fn = _load_factory(factory)(inputs, outputs, **(kwargs or {}))
+
+    def run(self) -> dict:
+        import numpy as np
+        return {k: np.asarray(v) for k, v in self.fn().items()}
+
+    def time(self, min_repeat_ms: float) -> float:
+        """time_evaluator's rule: one warm-up call, then `number` calls, `number` grown until they
+        take at least min_repeat_ms; the mean of the last batch."""
+        fn = self.fn
+        fn()
+        number = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= min_repeat_ms or number >= 1 << 24:
+                return elapsed / number
+            number = max(number * 2, int(number * min_repeat_ms / max(elapsed * 1e3, 1e-3) * 1.2))
+
+
+def runner_main(conn, threads: int | None, log_path: str | None, preload: tuple = ("tvm",)):
+    """A kernel-runner process: serve requests on `conn` until it closes.
+
+    Requests (tuples) and answers:
+    ("load", key, spec)     -> ("ok", {"outputs": {...} | None, "load_s"})   spec: {"kind": "tvm", "path"} or
+                               {"kind": "python", "factory", "kwargs"}, plus "inputs", "outputs", "return_outputs"
+    ("time", key, min_ms)   -> ("ok", seconds per call)
+    ("unload", key)         -> ("ok", None)
+    ("info",)               -> ("ok", {"pid", "tensor_intrin", "loaded", "torch"})
+    Any Python error answers ("error", message); a crash or hang is for the parent to see.
+    `preload`: modules imported before the runner says it is ready (TVM for TVM kernels), so that
+    no request's time or timeout includes them."""
+    if log_path:  # TVM's crash banner and anything a kernel prints go here, not to the user's terminal
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    if threads:
+        for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    import importlib
+    for name in ("numpy",) + tuple(preload):
+        importlib.import_module(name)
+    kernels: dict = {}
+    conn.send(("ready", {"pid": os.getpid(), "tensor_intrin": "tvm.s_tir.tensor_intrin" in sys.modules}))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            kind = msg[0]
+            if kind == "load":
+                _, key, spec = msg
+                t0 = time.perf_counter()
+                if spec["kind"] == "tvm":
+                    k = _TvmKernel(spec["path"], spec["inputs"], spec["outputs"])
+                else:
+                    k = _PythonKernel(spec["factory"], spec.get("kwargs"), spec["inputs"], spec["outputs"])
+                    if threads and "torch" in sys.modules:  # the same thread count as the TVM kernels
+                        sys.modules["torch"].set_num_threads(threads)
+                load_s = time.perf_counter() - t0
+                outputs = k.run() if spec.get("run", True) else None
+                kernels[key] = k
+                conn.send(("ok", {"outputs": outputs if spec.get("return_outputs") else None, "load_s": load_s}))
+            elif kind == "time":
+                _, key, min_ms = msg
+                conn.send(("ok", kernels[key].time(min_ms)))
+            elif kind == "unload":
+                kernels.pop(msg[1], None)
+                conn.send(("ok", None))
+            elif kind == "info":
+                conn.send(("ok", {"pid": os.getpid(), "tensor_intrin": "tvm.s_tir.tensor_intrin" in sys.modules,
+                                  "loaded": sorted(kernels), "torch": "torch" in sys.modules}))
+            else:
+                conn.send(("error", f"unknown request {kind!r}"))
+        except Exception as e:
+            try:
+                conn.send(("error", f"{type(e).__name__}: {e}"))
+            except Exception:
+                return

@@ -1,0 +1,224 @@
+"""The measurement harness: policies are built, checked and timed side by side; a crashing and a hanging
+kernel (a real segfault, a real infinite loop) are recorded as such and the runner pool recovers; the
+metaschedule:N policy's .tsched text reproduces MetaSchedule's best module; the JSON report has its
+documented keys; the measurement lock serializes two timers in two processes."""
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tensorlang import api
+from tensorlang.bench import Candidate, Harness, PythonKernel, measure_candidates
+from tensorlang.bench import command as C
+
+from conftest import ROOT
+
+# Small operators: fast to build, to check and to tune.
+MM = """
+target cpu = llvm(cores = 2)
+
+op mm(A: f32[64, 64], B: f32[64, 64]) -> C: f32[64, 64] {
+    C[i, j] += A[i, k] * B[k, j]
+}
+
+schedule mm on cpu {
+    i0, i1 = split(C.i, [8, 8])
+    j0, j1 = split(C.j, [4, 16])
+    reorder(i0, j0, C.k, i1, j1)
+    parallel(i0)
+    vectorize(j1)
+}
+"""
+
+COPY = """
+target cpu = llvm(cores = 2)
+
+op copy(A: f32[16]) -> C: f32[16] {
+    C[i] = A[i]
+}
+"""
+
+FAST = dict(min_repeat_ms=5, timeout_s=20)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with Harness(jobs=2, threads=2) as h:
+        yield h
+
+
+def bad_kernels():
+    """A kernel that writes far out of bounds (SIGSEGV) and one that never returns."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def segfault(A: T.Buffer((16,), "float32"), C: T.Buffer((16,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for i in range(16):
+            C[i * 100000000 + 50000000] = A[i]
+
+    @T.prim_func
+    def forever(A: T.Buffer((16,), "float32"), C: T.Buffer((16,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        while True:
+            C[0] = C[0] + A[0]
+
+    return tvm.IRModule({"main": segfault}), tvm.IRModule({"main": forever})
+
+
+def test_policies_are_correct_and_timed(harness):
+    doc = api.load_text(MM)
+    cands = []
+    for pol in ("schedule", "roller", "random:3"):
+        cand, label, gen_s, msgs = C.generate_candidate(doc, "mm", "cpu", pol)
+        assert cand is not None, msgs
+        assert isinstance(cand.schedule, str)  # the .tsched text is what gets built and timed
+        cands.append(cand)
+    cands.append(Candidate("mm/unscheduled", MM, "cpu", None, info={"policy": "unscheduled"}))
+    cands.append(Candidate("mm/bad", MM, "cpu", "split(C.i, [3, 5])"))
+    results = harness.measure(cands, repeat=3, **FAST)
+    assert [r.status for r in results] == ["ok"] * 4 + ["schedule-error"], [(r.status, r.message) for r in results]
+    assert "TS306" in results[-1].message and not results[-1].times_s
+    for r in results[:4]:
+        assert r.correct and r.max_abs < 1e-3
+        assert len(r.times_s) == 3 and 0 < r.min_s <= r.median_s <= r.max_s
+        assert r.gflops > 0 and r.compile_s > 0
+        assert r.worker["build_tensor_intrin"] is False and r.worker["runner_tensor_intrin"] is False
+    assert results[0].schedule_s is not None and results[3].schedule_s is None  # text vs. bare operator
+    # builds ran in the worker pool, kernels in the runner: neither in this process
+    import os
+    assert {r.worker["build_pid"] for r in results[:4]}.isdisjoint({os.getpid()})
+    assert len({r.worker["runner_pid"] for r in results[:4]}) == 1
+
+
+def test_crash_and_hang_are_isolated_and_the_pool_recovers(harness):
+    segfault, forever = bad_kernels()
+    cands = [Candidate("good", COPY, "cpu", None), Candidate("segfault", COPY, "cpu", segfault),
+             Candidate("hang", COPY, "cpu", forever), Candidate("after", COPY, "cpu", None)]
+    t0 = time.monotonic()
+    results = harness.measure(cands, repeat=2, min_repeat_ms=5, timeout_s=3)
+    assert [r.status for r in results] == ["ok", "crash", "timeout", "ok"], [(r.status, r.message) for r in results]
+    assert "SIGSEGV" in results[1].message
+    assert "3 s" in results[2].message
+    assert len(results[0].times_s) == 2 and len(results[3].times_s) == 2
+    assert not results[1].times_s and not results[2].times_s
+    assert time.monotonic() - t0 < 60
+    # the pool still works: a fresh runner, the same harness
+    again = harness.measure([Candidate("again", COPY, "cpu", None)], repeat=1, **FAST)
+    assert again[0].status == "ok" and again[0].times_s
+    assert again[0].worker["runner_pid"] != results[0].worker["runner_pid"]
+
+
+def test_metaschedule_text_reproduces_the_best_module(harness):
+    import tvm_ffi
+
+    from tensorlang.baselines.metaschedule import metaschedule_schedule
+    from tensorlang.bench.worker import lower_text
+    doc = api.load_text(MM)
+    op, target = doc.model.ops["mm"], doc.model.targets["cpu"]
+    gen = metaschedule_schedule(doc.primfunc("mm"), op, target, 8)
+    assert not gen.diagnostics, gen.diagnostics
+    assert gen.policy == "metaschedule:8" and gen.schedule_text
+    mod, msg = lower_text(op, gen.schedule_text, "cpu")
+    assert msg is None, msg
+    assert tvm_ffi.structural_equal(mod, gen.mod)
+    # and the harness builds, checks and times that text
+    r = harness.measure([Candidate("mm/ms", op, target, gen.schedule_text)], repeat=2, **FAST)[0]
+    assert r.status == "ok" and r.correct and len(r.times_s) == 2
+
+
+def test_metaschedule_rejects_a_bad_trial_count():
+    from tensorlang.baselines.metaschedule import metaschedule_schedule
+    doc = api.load_text(MM)
+    gen = metaschedule_schedule(doc.primfunc("mm"), doc.model.ops["mm"], doc.model.targets["cpu"], "many")
+    assert gen.mod is None and gen.diagnostics[0].code == "TS302"
+
+
+def test_json_report_has_the_documented_keys(tmp_path):
+    src = tmp_path / "mm.tsched"
+    src.write_text(MM)
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "tensorlang.bench.command", str(src), "--target", "cpu",
+                           "--policy", "roller,default", "--policy", "nonsense", "--repeat", "2",
+                           "--min-repeat-ms", "5", "--json", str(out), "-q"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr  # the unknown policy is a failed row
+    report = json.loads(out.read_text())
+    assert set(report) == set(C.TOP_KEYS)
+    assert set(report["settings"]) == set(C.SETTINGS_KEYS)
+    assert {"cpu", "usable_cpus", "threads", "versions"} <= set(report["machine"])
+    assert report["command"].startswith("tensorlang bench ") and "--policy roller" in report["command"]
+    rows = {r["policy"]: r for r in report["results"]}
+    assert set(rows) == {"schedule", "roller", "default", "nonsense"}
+    for r in report["results"]:
+        assert set(r) == set(C.ROW_KEYS)
+    assert rows["nonsense"]["status"] == "no-schedule" and "TS302" in rows["nonsense"]["message"]
+    for pol in ("schedule", "roller", "default"):
+        r = rows[pol]
+        assert r["status"] == "ok" and r["correct"] is True and len(r["times_ms"]) == 2
+        assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["gflops"] > 0
+        assert set(r["speedup"]) == {"schedule", "roller", "default"} - {pol}
+    assert rows["schedule"]["generation_s"] is None and rows["roller"]["generation_s"] > 0
+    assert rows["roller"]["schedule_text"].startswith("schedule mm on cpu {")
+    s = report["speedup"]["mm"]
+    assert s["roller"]["schedule"] == pytest.approx(rows["schedule"]["median_ms"] / rows["roller"]["median_ms"],
+                                                    rel=1e-3)
+    assert "speed-up of mm" in proc.stdout and "roller" in proc.stdout
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from tensorlang.bench.lock import measure_lock
+    with measure_lock() as held:
+        t0 = time.time()
+        print("acquired", flush=True)
+        time.sleep(float(sys.argv[1]))
+        t1 = time.time()
+    print(t0, t1, held.wait_s, flush=True)
+""")
+
+
+def test_lock_serializes_two_timers(tmp_path):
+    env = {**__import__("os").environ, "TENSORLANG_MEASURE_LOCK": str(tmp_path / "measure.lock")}
+    procs = [subprocess.Popen([sys.executable, "-c", HOLD, "0.7"], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd=ROOT) for _ in range(2)]
+    spans = []
+    for p in procs:
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 0
+        t0, t1, wait = map(float, out.split()[-3:])
+        spans.append((t0, t1, wait))
+    (a0, a1, _), (b0, b1, _) = sorted(spans)
+    assert a1 <= b0, "the two timers overlapped"
+    assert max(w for _, _, w in spans) >= 0.4  # one of them waited for the other
+
+
+def test_the_harness_waits_for_the_lock(tmp_path):
+    lock = tmp_path / "measure.lock"
+    env = {**__import__("os").environ, "TENSORLANG_MEASURE_LOCK": str(lock)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, "2.5"], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "acquired"
+        cand = Candidate("numpy-copy", COPY, "cpu", PythonKernel(f"{__file__}:numpy_copy"))
+        r = measure_candidates([cand], repeat=2, lock_path=str(lock), **FAST)[0]
+    finally:
+        holder.communicate(timeout=30)
+    assert r.status == "ok" and r.correct and len(r.times_s) == 2
+    assert r.lock_wait_s >= 1.0
+
+
+def numpy_copy(inputs, outputs):
+    """A PythonKernel factory (runs in the runner process)."""
+    import numpy as np
+    a = inputs["A"]
+    out = np.empty_like(a)
+
+    def run():
+        np.copyto(out, a)
+        return {"C": out}
+    return run
