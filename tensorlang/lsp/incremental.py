@@ -8,8 +8,7 @@ now. Everything else -- names, shapes, types -- is `check_module` on the whole m
 `api.load_text`. The result is an `api.Document` equal to `api.load_text(text)` (tests/test_lsp_unit.py
 checks that on random edits).
 
-The chunking itself is the core's `parser.parse._chunks`; should the core's parser change shape,
-`IncrementalParser` falls back to parsing the whole text.
+The chunking itself is the core's `parser.parse.chunks`, so both cut a file the same way.
 """
 from __future__ import annotations
 
@@ -23,10 +22,7 @@ from tensorlang.parser import ast as A
 from tensorlang.parser import parse
 from tensorlang.span import Span
 
-try:  # the core's chunking (private): the same cut as `parse`
-    from tensorlang.parser.parse import _chunks as _core_chunks
-except Exception:  # pragma: no cover - a refactored core: parse whole files
-    _core_chunks = None
+from tensorlang.parser.parse import chunks as _core_chunks  # the same cut as `parse`
 
 _FIELDS: dict[type, tuple[str, ...] | None] = {}
 
@@ -98,7 +94,7 @@ class IncrementalParser:
 
     def chunks(self, text: str) -> list[Chunk]:
         lines = text.split("\n")
-        bounds = _core_chunks(text) if _core_chunks is not None else [(0, len(lines))]
+        bounds = _core_chunks(text)
         out = []
         for start, end in bounds:
             chunk_text = "\n".join(lines[start:end])

@@ -246,7 +246,7 @@ _DECL_NAME = re.compile(r"^\s*(?:op|target)\s+([A-Za-z_]\w*)", re.M)
 _TOP_KEYWORD = re.compile(r"^(\s*)(target|op|schedule|@)\b|^(\s*)@")
 
 
-def _chunks(text: str) -> list[tuple[int, int]]:
+def chunks(text: str) -> list[tuple[int, int]]:
     """Line ranges [start, end) of the top-level declarations (0-based line numbers)."""
     lines = text.split("\n")
     starts = []
@@ -316,7 +316,7 @@ def parse(text: str) -> tuple[A.Module, list[Diagnostic]]:
     diags: list[Diagnostic] = []
     comments: list[A.Comment] = []
     unparsed: set[str] = set()
-    for start, end in _chunks(text):
+    for start, end in chunks(text):
         chunk = "\n" * start + "\n".join(lines[start:end])
         chunk_comments: list[Token] = []
         try:
