@@ -61,7 +61,7 @@ CODES = {
     "TS311": "split factors do not divide the extent (a predicate is added)",
     "TS312": "wrong number of names bound",
     "TS313": "unknown buffer",
-    "TS314": "outside the schedule space (reserved for the Space Builder)",
+    "TS314": "legal, but not a point of the schedule space",
     # targets and lowering
     "TS401": "GPU block not bound to blockIdx and threadIdx",
     "TS402": "GPU kernel exceeds the target's limits",
