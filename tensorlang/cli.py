@@ -264,6 +264,33 @@ def cmd_import_trace(args) -> int:
     return 0
 
 
+def cmd_pretrain(args) -> int:
+    from tensorlang.data.collect import pretrain
+    summary = pretrain(args.tasks, args.target, args.output, args.per_task, args.seed,
+                       log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"pretrain: {summary}")
+    return 0
+
+
+def cmd_data_stats(args) -> int:
+    from tensorlang.data.collect import stats
+    measured = args.measured if args.measured is not None else sorted(
+        str(p) for p in Path("data/measured").glob("*") if p.is_dir())
+    pre = [p for p in sorted(Path(args.pretrain).glob("*")) if p.is_dir()] if Path(args.pretrain).exists() else []
+    result = stats(measured)
+    result["pretrain_sentences"] = sum(stats([], p)["pretrain_sentences"] for p in pre)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"tasks: {result['tasks']}   measured records: {result['measured_records']}   "
+          f"pre-training sentences: {result['pretrain_sentences']}")
+    for k in ("per_target", "per_model", "per_status"):
+        print(f"{k.replace('_', ' ')}: " + ", ".join(f"{a} {b}" for a, b in sorted(result[k].items())))
+    for task, b in sorted(result["best"].items()):
+        print(f"  {task:<50} best {b['median_s'] * 1e3:.4f} ms ({b['policy']})")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Check, lower and run every bundled example on this CPU; lower the CUDA schedules to kernels."""
     files = args.files or sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "examples").glob("*.tsched"))
@@ -380,6 +407,32 @@ def build_parser() -> argparse.ArgumentParser:
     it.add_argument("--op", required=True)
     it.add_argument("--target", required=True)
     it.set_defaults(func=cmd_import_trace)
+
+    co = sub.add_parser("collect", help="measure candidate schedules per task into the dataset (resumable)")
+    co.add_argument("tasks", nargs="+", help=".tsched files or directories of them")
+    co.add_argument("--target", required=True, help="a target declared in the files, or llvm")
+    co.add_argument("--trials", type=int, default=32, help="candidates per task")
+    co.add_argument("--budget", type=float, help="stop after this many minutes")
+    co.add_argument("--batch", type=int, default=8)
+    co.add_argument("--repeat", type=int, default=5)
+    co.add_argument("-o", "--output", default="data/measured/cpu")
+    co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
+
+    pt = sub.add_parser("pretrain", help="sample unmeasured tensor sentences per task (the pre-training corpus)")
+    pt.add_argument("tasks", nargs="+")
+    pt.add_argument("--target", required=True)
+    pt.add_argument("--per-task", type=int, default=1000)
+    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("-o", "--output", default="data/pretrain/cpu")
+    pt.set_defaults(func=cmd_pretrain)
+
+    da = sub.add_parser("data", help="about the datasets")
+    da_sub = da.add_subparsers(dest="data_command", required=True)
+    ds = da_sub.add_parser("stats", help="counts per model / target and the best latency per task")
+    ds.add_argument("--measured", nargs="*", default=None, help="measured dataset dirs (default: data/measured/*)")
+    ds.add_argument("--pretrain", default="data/pretrain", help="pre-training corpus root")
+    ds.add_argument("--json", action="store_true")
+    ds.set_defaults(func=cmd_data_stats)
 
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())

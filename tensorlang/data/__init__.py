@@ -1,0 +1,1 @@
+"""Workloads from real models, the measured dataset and the pre-training corpus."""

@@ -1,0 +1,219 @@
+"""`tensorlang collect`: measure candidate schedules per task and append them to the measured dataset.
+
+    tensorlang collect data/workloads --target cpu --trials 64 -o data/measured/cpu
+
+A task is one operator of a .tsched file. Candidates per task: the `roller` point first, then
+uniform samples of the Space Builder's space (`random`), in a fixed order per task (seeded by
+the task's hash), so a rerun after a kill regenerates the same candidates and skips, by key,
+every one already recorded: nothing finished is lost and nothing is measured twice.
+
+Measurement goes through the bench harness (builds in worker processes, kernels in a runner pool
+that survives crashes and hangs, timing under the machine-wide measurement lock, so collection
+yields to benchmarks and timed tests that hold it).
+
+A record: task (file, op, hash of its name-independent form), target, machine, the schedule as a
+tensor sentence (with its version stamps) and as .tsched text, the sketch and decisions, status,
+latency (median, min, max over the rounds), the machine's load during the measurement, time.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tensorlang.data.dataset import Writer, read
+
+DEFAULT_DIR = Path("data/measured")
+
+
+@dataclass
+class Task:
+    file: str
+    op: str
+    text: str  # the whole file
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.file).stem}:{self.op}"
+
+
+def find_tasks(paths: list[str]) -> list[Task]:
+    """Every operator of every .tsched file under `paths` (files or directories)."""
+    from tensorlang import api
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.rglob("*.tsched")) if p.is_dir() else [p]
+    tasks = []
+    for f in files:
+        doc = api.load(f)
+        for op in doc.model.ops:
+            tasks.append(Task(str(f), op, doc.text))
+    return tasks
+
+
+def task_hash(space) -> str:
+    from tensorlang.space import sentence as S
+    words = S.op_tokens(space.op)  # the operator's name-independent form
+    return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
+
+
+def machine_id() -> str:
+    from tensorlang.bench.machine import describe
+    d = describe()
+    return hashlib.sha256(f"{d.get('cpu')}|{d.get('usable_cores') or os.cpu_count()}".encode()).hexdigest()[:12]
+
+
+def candidates_for(space, task_key: str, count: int):
+    """The task's candidate points in their fixed order: roller, then seeded random samples."""
+    from tensorlang.baselines.roller import roller_point
+    from tensorlang.space.space import Infeasible
+    out = []
+    try:
+        out.append(("roller", roller_point(space)))
+    except Infeasible:
+        pass
+    seed = int(task_key, 16) % (1 << 31)
+    points, _ = space.sample(count, seed=seed)
+    taken = {(p.sketch, p.decisions) for _, p in out}
+    out += [("random", p) for p in points if (p.sketch, p.decisions) not in taken]
+    return out[:count]
+
+
+def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
+            budget_min: float | None = None, batch: int = 8, repeat: int = 5, timeout_s: float = 30.0,
+            log=print) -> dict:
+    """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable."""
+    from tensorlang import api
+    from tensorlang.bench.harness import Candidate, Harness
+    from tensorlang.parser.printer import format_stmt
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Space
+
+    start = time.time()
+    deadline = start + budget_min * 60 if budget_min else None
+    trials = trials or 1 << 30
+    writer = Writer(out_dir)
+    machine = machine_id()
+    tasks = find_tasks(paths)
+    written = skipped = 0
+    log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
+    with Harness() as harness:
+        for n, task in enumerate(tasks):
+            if deadline and time.time() > deadline:
+                break
+            doc = api.load_text(task.text, task.file)
+            tgt = doc.model.targets.get(target)
+            if tgt is None:
+                log(f"  {task.label}: no target '{target}' in the file; skipped")
+                continue
+            space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
+            tkey = task_hash(space)
+            pending = []
+            for policy, point in candidates_for(space, tkey, trials):
+                key = hashlib.sha256(f"{tkey}|{target}|{machine}|{point.sketch}|{point.decisions}".encode()).hexdigest()
+                if key in writer.keys:
+                    skipped += 1
+                    continue
+                pending.append((key, policy, point))
+            for i in range(0, len(pending), batch):
+                if deadline and time.time() > deadline:
+                    break
+                chunk = pending[i:i + batch]
+                # The schedule travels as .tsched text: the build workers apply it like any written schedule.
+                cands = [Candidate(f"{policy}#{j}", task.text, target,
+                                   "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
+                         for j, (_, policy, point) in enumerate(chunk)]
+                load_before = os.getloadavg()[0]
+                results = harness.measure(cands, repeat=repeat, timeout_s=timeout_s)
+                load_after = os.getloadavg()[0]
+                for (key, policy, point), res in zip(chunk, results):
+                    sentence = S.encode(space, point)
+                    record = {
+                        "key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
+                        "target": target, "machine": machine, "policy": policy,
+                        "sketch": point.sketch, "decisions": [list(d) if isinstance(d, tuple) else d
+                                                               for d in point.decisions],
+                        "sentence": " ".join(sentence), "versions": S.version_tokens(),
+                        "schedule": "\n".join(format_stmt(s) for s in point.stmts),
+                        "status": res.status, "message": res.message[:300],
+                        "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s,
+                        "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
+                        "time": round(time.time(), 3),
+                    }
+                    written += writer.append(record)
+                best = min((r.median_s for r in results if r.ok), default=None)
+                log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
+                    + (f", best of batch {best * 1e3:.3f} ms" if best else ""))
+    writer.close(compress_open=True)  # a clean finish leaves only compressed shards
+    return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
+
+
+def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dict:
+    """Counts per model / op kind / target, and the best-known latency per task."""
+    from collections import Counter, defaultdict
+    per_target, per_model, per_status = Counter(), Counter(), Counter()
+    best: dict = defaultdict(lambda: None)
+    tasks = set()
+    n = 0
+    for d in dirs:
+        for rec in read(d):
+            n += 1
+            t = rec["task"]
+            tasks.add((t["hash"], rec["target"]))
+            per_target[rec["target"]] += 1
+            per_model[Path(t["file"]).parent.name or "."] += 1
+            per_status[rec["status"]] += 1
+            if rec["status"] == "ok" and rec.get("median_s"):
+                k = f"{t['file']}:{t['op']}@{rec['target']}"
+                cur = best[k]
+                if cur is None or rec["median_s"] < cur["median_s"]:
+                    best[k] = {"median_s": rec["median_s"], "policy": rec["policy"], "key": rec["key"]}
+    sentences = 0
+    if pretrain_dir is not None:
+        for _ in read(pretrain_dir):
+            sentences += 1
+    return {"tasks": len(tasks), "measured_records": n, "pretrain_sentences": sentences,
+            "per_target": dict(per_target), "per_model": dict(per_model), "per_status": dict(per_status),
+            "best": dict(best)}
+
+
+def best_k(dirs: list[str | Path], task_file: str, op: str, target: str, k: int = 5) -> list[dict]:
+    """The k fastest correct records of one task."""
+    recs = [r for d in dirs for r in read(d) if r["task"]["file"] == task_file and r["task"]["op"] == op
+            and r["target"] == target and r["status"] == "ok" and r.get("median_s")]
+    return sorted(recs, key=lambda r: r["median_s"])[:k]
+
+
+def main_collect(args) -> int:
+    summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
+                      batch=args.batch, repeat=args.repeat, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"collect: {summary}")
+    return 0
+
+
+def pretrain(paths: list[str], target: str, out_dir: str | Path, per_task: int, seed: int = 0, log=print) -> dict:
+    """Unmeasured sentences sampled from the space of each task: the pre-training corpus. Resumable."""
+    from tensorlang import api
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Space
+    writer = Writer(out_dir, shard_records=20000)
+    written = 0
+    for task in find_tasks(paths):
+        doc = api.load_text(task.text, task.file)
+        tgt = doc.model.targets.get(target)
+        if tgt is None:
+            continue
+        space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
+        tkey = task_hash(space)
+        points, _ = space.sample(per_task, seed=seed + int(tkey, 16) % (1 << 31))
+        for p in points:
+            key = hashlib.sha256(f"{tkey}|{target}|{p.sketch}|{p.decisions}".encode()).hexdigest()
+            written += writer.append({"key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
+                                      "target": target, "sentence": " ".join(S.encode(space, p))})
+        log(f"  {task.label}: {len(points)} sentences")
+    writer.close(compress_open=True)
+    return {"written": written}
