@@ -91,7 +91,7 @@ def check(doc: Document, legality: bool = True, space: bool = False) -> list[Dia
     return Dg.sort_diagnostics(diags)
 
 
-def space_membership(doc: Document, sched: A.Schedule, applied) -> list[Diagnostic]:
+def space_membership(doc: Document, sched: A.Schedule, applied, budget: int = 32) -> list[Diagnostic]:
     """[] when the schedule is a point of the space; else a TS314 hint with the nearest point as the fix."""
     from tensorlang.space.convert import trace_to_statements
     from tensorlang.space.membership import locate
@@ -99,7 +99,7 @@ def space_membership(doc: Document, sched: A.Schedule, applied) -> list[Diagnost
     from tensorlang.parser.printer import format_stmt
     try:
         space = Space(doc.model.ops[sched.op], doc.primfunc(sched.op), doc.model.targets[sched.target])
-        found = locate(space, applied.sch.mod, applied.sch.trace, sched.stmts)
+        found = locate(space, applied.sch.mod, applied.sch.trace, sched.stmts, budget=budget)
     except Exception as e:
         return [error("TS900", f"internal error in the space check: {type(e).__name__}: {e}", sched.span)]
     if found.inside:
@@ -110,8 +110,8 @@ def space_membership(doc: Document, sched: A.Schedule, applied) -> list[Diagnost
         stmts, _ = trace_to_statements(found.point.trace, doc.primfunc(sched.op), doc.model.ops[sched.op])
         fix = ["\n".join(format_stmt(s) for s in stmts)]
     return [Dg.hint("TS314", f"legal, but not a point of the schedule space of {sched.op} on {sched.target}: no "
-                             f"sketch and decisions reproduce it ({len(space.sketches)} sketches, {found.replays} "
-                             f"replays searched); the nearest in-space schedule is offered as a fix", span, fix)]
+                             f"sketch and decisions reproduce it ({len(space.sketches)} sketches searched); the nearest "
+                             f"in-space schedule is offered as a fix", span, fix)]
 
 
 # ------------------------------------------------------------------ lowering

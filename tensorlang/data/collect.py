@@ -8,8 +8,9 @@ the task's hash), so a rerun after a kill regenerates the same candidates and sk
 every one already recorded: nothing finished is lost and nothing is measured twice.
 
 Measurement goes through the bench harness (builds in worker processes, kernels in a runner pool
-that survives crashes and hangs, timing under the machine-wide measurement lock, so collection
-yields to benchmarks and timed tests that hold it).
+that survives crashes and hangs, timing under the machine-wide measurement lock). Before each
+task and each batch the collector also waits for that lock, so it yields to benchmarks and timed
+tests that hold it: its sampling and building never run under their timings.
 
 A record: task (file, op, hash of its name-independent form), target, machine, the schedule as a
 tensor sentence (with its version stamps) and as .tsched text, the sketch and decisions, status,
@@ -67,6 +68,14 @@ def machine_id() -> str:
     return hashlib.sha256(f"{d.get('cpu')}|{d.get('usable_cores') or os.cpu_count()}".encode()).hexdigest()[:12]
 
 
+def yield_to_measurements() -> None:
+    """Wait while another process (a benchmark, a timed test) holds the measurement lock, so that the
+    collector's own sampling and building never load the CPU under someone else's timing."""
+    from tensorlang.bench.lock import measure_lock
+    with measure_lock():
+        pass
+
+
 def candidates_for(space, task_key: str, count: int):
     """The task's candidate points in their fixed order: roller, then seeded random samples."""
     from tensorlang.baselines.roller import roller_point
@@ -110,6 +119,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             if tgt is None:
                 log(f"  {task.label}: no target '{target}' in the file; skipped")
                 continue
+            yield_to_measurements()
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
             pending = []
@@ -122,6 +132,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             for i in range(0, len(pending), batch):
                 if deadline and time.time() > deadline:
                     break
+                yield_to_measurements()
                 chunk = pending[i:i + batch]
                 # The schedule travels as .tsched text: the build workers apply it like any written schedule.
                 cands = [Candidate(f"{policy}#{j}", task.text, target,

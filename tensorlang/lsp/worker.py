@@ -89,11 +89,16 @@ def warmup_generation() -> dict:
 
 
 def legality(text: str, path: str, index: int) -> list:
-    """`api.check_schedule(doc, sched).diagnostics` for the index-th checkable schedule of the document."""
+    """`api.check_schedule(doc, sched).diagnostics` for the index-th checkable schedule of the document,
+    plus the in-space hint (TS314) when the schedule is legal, as `tensorlang check --space` gives it."""
     doc = document(text, path)
     sched = doc.model.schedules[index]
     primfunc(doc, sched.op)
-    return list(api.check_schedule(doc, sched).diagnostics)
+    result = api.check_schedule(doc, sched)
+    diags = list(result.diagnostics)
+    if result.applied is not None and not any(d.severity == "error" for d in diags):
+        diags += api.space_membership(doc, sched, result.applied)
+    return diags
 
 
 def _loop_record(sch, rv, name: str) -> dict:
