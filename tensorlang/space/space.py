@@ -170,8 +170,8 @@ class Space:
         consumers = sch.get_consumers(block)
         n_loops = len(sch.get_loops(consumers[0])) if consumers else 0
         legal = []
+        trial = sch.copy()  # sampling changes no IR: one copy serves every probe
         for d in range(-2, n_loops):
-            trial = sch.copy()
             trial.sample_compute_location(block, decision=d)
             if int(trial.trace.get_decision(trial.trace.insts[-1])) == d:
                 legal.append(d)
