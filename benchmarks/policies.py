@@ -12,8 +12,10 @@ built, checked against the NumPy reference and timed side by side in one harness
 lock), so each speed-up compares figures taken in the same run.
 
 Prints a table and writes benchmarks/results/policies.json: the command, the machine, the settings,
-one row per (operator, policy) in `tensorlang bench`'s format (tensorlang/bench/command.py), and the
-speed-up matrices. metaschedule:64 takes ~45 s per operator on a 2-core machine.
+the conditions (how much CPU other processes took meanwhile), one row per (operator, policy) in
+`tensorlang bench`'s format (tensorlang/bench/command.py), and the speed-up matrices.
+metaschedule:64 takes 40-110 s per operator on a 2-core machine; `--reuse OLD.json` measures the
+schedules of an earlier report again without regenerating them (generation_s is then the old figure).
 """
 from __future__ import annotations
 
@@ -81,11 +83,18 @@ def main(argv=None) -> int:
     p.add_argument("--min-repeat-ms", type=float, default=100.0)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--reuse", metavar="JSON", help="take each policy's .tsched text (and its generation time) "
+                   "from this earlier report instead of generating it again: measure the same schedules anew")
     args = p.parse_args(argv)
+    reused = {}
+    if args.reuse:
+        old = json.loads(Path(args.reuse).read_text())
+        reused = {(r["op"], r["policy"]): r for r in old["results"] if r.get("schedule_text")}
 
     from tensorlang import api
     from tensorlang.bench import Candidate, PythonKernel, Result, measure_candidates
-    from tensorlang.bench.command import format_table, generate_candidate, row_of, speedups
+    from tensorlang.bench.command import (conditions, first_error, format_conditions, format_table,
+                                          generate_candidate, row_of, speedups)
     from tensorlang.bench.lock import lock_path
     from tensorlang.bench.machine import describe
     from tensorlang.lower.targets import host_cores
@@ -115,6 +124,13 @@ def main(argv=None) -> int:
                     kernel = PythonKernel(f"{Path(__file__).resolve()}:torch_kernel", {"op": name})
                     entries.append((Candidate(f"{name}/torch", op, target, kernel, info=info), None, []))
                     continue
+                prior = reused.get((name, pol))
+                if prior is not None and pol != "schedule":
+                    info.update(generation_s=prior["generation_s"], schedule_text=prior["schedule_text"],
+                                generated_by=prior.get("generated_by", pol), reused_from=args.reuse)
+                    entries.append((Candidate(f"{name}/{pol}", op, target, prior["schedule_text"], info=info),
+                                    None, []))
+                    continue
                 say(f"{name} on {tname}: generating with '{pol}'")
                 try:
                     cand, label, gen_s, msgs = generate_candidate(doc, name, tname, pol)
@@ -122,8 +138,8 @@ def main(argv=None) -> int:
                     cand, label, gen_s, msgs = None, pol, None, [f"error: TS900 {type(e).__name__}: {e}"]
                 if cand is None:
                     info.update(policy=label, generation_s=gen_s)
-                    entries.append((None, Result(f"{name}/{label}", name, tname, "no-schedule",
-                                                 msgs[0] if msgs else "", flops=op.flops, info=info), msgs))
+                    entries.append((None, Result(f"{name}/{label}", name, tname, "no-schedule", first_error(msgs),
+                                                 flops=op.flops, info=info), msgs))
                 else:
                     cand.info["file"] = path.name
                     entries.append((cand, None, msgs))
@@ -138,12 +154,13 @@ def main(argv=None) -> int:
     results = measure_candidates(cands, repeat=args.repeat, timeout_s=args.timeout, threads=threads,
                                  min_repeat_ms=args.min_repeat_ms, progress=say)
     by_id = {id(c): r for c, r in zip(cands, results)}
-    rows, lock_wait = [], 0.0
+    rows = []
     for cand, failed, msgs in entries:
         r = by_id[id(cand)] if cand is not None else failed
-        lock_wait = max(lock_wait, r.lock_wait_s)
         row = row_of(r, msgs)
         row["file"] = r.info.get("file")
+        if r.info.get("reused_from"):
+            row["reused_from"] = r.info["reused_from"]
         rows.append(row)
     report = {
         "command": shlex.join([sys.executable.replace(str(ROOT) + "/", ""), "benchmarks/policies.py"]
@@ -153,14 +170,15 @@ def main(argv=None) -> int:
         "machine": describe(threads),
         "settings": {"policies": policies, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms,
                      "timeout_s": args.timeout, "seed": 0, "threads": threads, "lock_path": lock_path(),
-                     "lock_wait_s": round(lock_wait, 3),
                      "note": "all candidates of all operators were measured side by side in one run "
                              "(interleaved rounds); every speed-up compares figures of that run"},
+        "conditions": conditions(results),
         "results": rows,
         "speedup": speedups(rows),
     }
     report["duration_s"] = round(time.time() - started, 1)
     print(format_table(rows))
+    print("\n" + format_conditions(report["conditions"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nwrote {os.path.relpath(args.out, ROOT)} ({report['duration_s']:.0f} s)", file=sys.stderr)

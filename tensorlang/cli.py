@@ -437,6 +437,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())
 
+    from tensorlang.bench.command import add_arguments as bench_arguments, cmd_bench
+    bn = sub.add_parser("bench", help="build, check and time operators under schedule policies, side by side")
+    bench_arguments(bn)
+    bn.set_defaults(func=cmd_bench)
+
     d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
     d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
     d.add_argument("--repeat", type=int, default=5)

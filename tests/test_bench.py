@@ -3,15 +3,17 @@ kernel (a real segfault, a real infinite loop) are recorded as such and the runn
 metaschedule:N policy's .tsched text reproduces MetaSchedule's best module; the JSON report has its
 documented keys; the measurement lock serializes two timers in two processes."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 from tensorlang import api
-from tensorlang.bench import Candidate, Harness, PythonKernel, measure_candidates
+from tensorlang.bench import Candidate, Harness, Library, PythonKernel, measure_candidates
 from tensorlang.bench import command as C
 
 from conftest import ROOT
@@ -42,6 +44,19 @@ op copy(A: f32[16]) -> C: f32[16] {
 """
 
 FAST = dict(min_repeat_ms=5, timeout_s=20)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_lock(tmp_path_factory):
+    """The tests time toy kernels: they take a lock of their own, so that they neither wait for a real
+    benchmark holding the machine's lock (minutes) nor disturb one."""
+    old = os.environ.get("TENSORLANG_MEASURE_LOCK")
+    os.environ["TENSORLANG_MEASURE_LOCK"] = str(tmp_path_factory.mktemp("lock") / "measure.lock")
+    yield
+    if old is None:
+        del os.environ["TENSORLANG_MEASURE_LOCK"]
+    else:
+        os.environ["TENSORLANG_MEASURE_LOCK"] = old
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +105,17 @@ def test_policies_are_correct_and_timed(harness):
         assert r.worker["build_tensor_intrin"] is False and r.worker["runner_tensor_intrin"] is False
     assert results[0].schedule_s is not None and results[3].schedule_s is None  # text vs. bare operator
     # builds ran in the worker pool, kernels in the runner: neither in this process
-    import os
     assert {r.worker["build_pid"] for r in results[:4]}.isdisjoint({os.getpid()})
     assert len({r.worker["runner_pid"] for r in results[:4]}) == 1
 
 
-def test_crash_and_hang_are_isolated_and_the_pool_recovers(harness):
+def test_crash_and_hang_are_isolated_and_the_pool_recovers(harness, tmp_path):
+    import tvm
     segfault, forever = bad_kernels()
-    cands = [Candidate("good", COPY, "cpu", None), Candidate("segfault", COPY, "cpu", segfault),
+    # the segfaulting kernel comes as a library built here (kernel library + operator), the hanging one as a module
+    lib = str(tmp_path / "segfault.so")
+    tvm.compile(segfault, target=tvm.target.Target({"kind": "llvm"})).export_library(lib)
+    cands = [Candidate("good", COPY, "cpu", None), Candidate("segfault", COPY, "cpu", Library(lib)),
              Candidate("hang", COPY, "cpu", forever), Candidate("after", COPY, "cpu", None)]
     t0 = time.monotonic()
     results = harness.measure(cands, repeat=2, min_repeat_ms=5, timeout_s=3)
@@ -111,6 +129,17 @@ def test_crash_and_hang_are_isolated_and_the_pool_recovers(harness):
     again = harness.measure([Candidate("again", COPY, "cpu", None)], repeat=1, **FAST)
     assert again[0].status == "ok" and again[0].times_s
     assert again[0].worker["runner_pid"] != results[0].worker["runner_pid"]
+
+
+def test_a_crash_while_timing_spares_the_kernels_next_to_it(harness):
+    """Two Python kernels share a runner; one segfaults on its second call (the first timing). The other
+    is loaded again in the fresh runner and timed in every round."""
+    cands = [Candidate("steady", COPY, "cpu", PythonKernel(f"{__file__}:numpy_copy")),
+             Candidate("flaky", COPY, "cpu", PythonKernel(f"{__file__}:numpy_copy", {"crash_after": 1}))]
+    results = harness.measure(cands, repeat=3, **FAST)
+    assert [r.status for r in results] == ["ok", "crash"], [(r.status, r.message) for r in results]
+    assert results[1].correct is True and "SIGSEGV" in results[1].message  # checked fine, crashed timing
+    assert len(results[0].times_s) == 3 and not results[1].times_s
 
 
 def test_metaschedule_text_reproduces_the_best_module(harness):
@@ -138,18 +167,19 @@ def test_metaschedule_rejects_a_bad_trial_count():
     assert gen.mod is None and gen.diagnostics[0].code == "TS302"
 
 
-def test_json_report_has_the_documented_keys(tmp_path):
+def test_json_report_has_the_documented_keys(tmp_path, capsys):
     src = tmp_path / "mm.tsched"
     src.write_text(MM)
     out = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "tensorlang.bench.command", str(src), "--target", "cpu",
-                           "--policy", "roller,default", "--policy", "nonsense", "--repeat", "2",
-                           "--min-repeat-ms", "5", "--json", str(out), "-q"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 1, proc.stderr  # the unknown policy is a failed row
+    status = C.main([str(src), "--target", "cpu", "--policy", "roller,default", "--policy", "nonsense",
+                     "--repeat", "2", "--min-repeat-ms", "5", "--json", str(out), "-q"])
+    assert status == 1  # the unknown policy is a failed row
+    stdout = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert set(report) == set(C.TOP_KEYS)
     assert set(report["settings"]) == set(C.SETTINGS_KEYS)
+    assert report["settings"]["lock_path"] == os.environ["TENSORLANG_MEASURE_LOCK"]
+    assert set(report["conditions"]) == set(C.CONDITION_KEYS) and report["conditions"]["locked_s"] > 0
     assert {"cpu", "usable_cpus", "threads", "versions"} <= set(report["machine"])
     assert report["command"].startswith("tensorlang bench ") and "--policy roller" in report["command"]
     rows = {r["policy"]: r for r in report["results"]}
@@ -167,58 +197,91 @@ def test_json_report_has_the_documented_keys(tmp_path):
     s = report["speedup"]["mm"]
     assert s["roller"]["schedule"] == pytest.approx(rows["schedule"]["median_ms"] / rows["roller"]["median_ms"],
                                                     rel=1e-3)
-    assert "speed-up of mm" in proc.stdout and "roller" in proc.stdout
+    assert "speed-up of mm" in stdout and "conditions:" in stdout
 
 
-HOLD = textwrap.dedent("""
-    import sys, time
+# Takes the lock once GO exists, holds it until RELEASE exists (or for HOLD seconds), prints times.
+HOLDER = textwrap.dedent("""
+    import os, sys, time
     from tensorlang.bench.lock import measure_lock
+    go, release, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    print("started", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
     with measure_lock() as held:
         t0 = time.time()
         print("acquired", flush=True)
-        time.sleep(float(sys.argv[1]))
+        while not os.path.exists(release) and time.time() - t0 < hold:
+            time.sleep(0.005)
         t1 = time.time()
     print(t0, t1, held.wait_s, flush=True)
 """)
 
 
+def holder(tmp_path, lock, hold):
+    env = {**os.environ, "TENSORLANG_MEASURE_LOCK": str(lock)}
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "go"), str(tmp_path / "release"), str(hold)],
+                         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert p.stdout.readline().strip() == "started"
+    return p
+
+
+def spans_of(p):
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0
+    return tuple(map(float, out.split()[-3:]))
+
+
 def test_lock_serializes_two_timers(tmp_path):
-    env = {**__import__("os").environ, "TENSORLANG_MEASURE_LOCK": str(tmp_path / "measure.lock")}
-    procs = [subprocess.Popen([sys.executable, "-c", HOLD, "0.7"], stdout=subprocess.PIPE, text=True, env=env,
-                              cwd=ROOT) for _ in range(2)]
-    spans = []
-    for p in procs:
-        out, _ = p.communicate(timeout=30)
-        assert p.returncode == 0
-        t0, t1, wait = map(float, out.split()[-3:])
-        spans.append((t0, t1, wait))
-    (a0, a1, _), (b0, b1, _) = sorted(spans)
+    lock = tmp_path / "measure.lock"
+    procs = [holder(tmp_path, lock, 0.8) for _ in range(2)]
+    (tmp_path / "go").touch()  # both ready: let them race for the lock
+    (a0, a1, wa), (b0, b1, wb) = sorted(spans_of(p) for p in procs)
     assert a1 <= b0, "the two timers overlapped"
-    assert max(w for _, _, w in spans) >= 0.4  # one of them waited for the other
+    assert wb >= 0.3  # the second waited for the first
 
 
 def test_the_harness_waits_for_the_lock(tmp_path):
     lock = tmp_path / "measure.lock"
-    env = {**__import__("os").environ, "TENSORLANG_MEASURE_LOCK": str(lock)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "2.5"], stdout=subprocess.PIPE, text=True, env=env,
-                              cwd=ROOT)
+    p = holder(tmp_path, lock, 60)
+    (tmp_path / "go").touch()
     try:
-        assert holder.stdout.readline().strip() == "acquired"
+        assert p.stdout.readline().strip() == "acquired"
+        release = threading.Timer(1.5, (tmp_path / "release").touch)
+        release.start()
         cand = Candidate("numpy-copy", COPY, "cpu", PythonKernel(f"{__file__}:numpy_copy"))
         r = measure_candidates([cand], repeat=2, lock_path=str(lock), **FAST)[0]
     finally:
-        holder.communicate(timeout=30)
+        t0, t1, _ = spans_of(p)
     assert r.status == "ok" and r.correct and len(r.times_s) == 2
-    assert r.lock_wait_s >= 1.0
+    assert r.run["lock_acquired_at"] >= t1  # timing began only once the other timer let go
+    assert r.run["lock_path"] == str(lock) and r.run["locked_s"] > 0
 
 
-def numpy_copy(inputs, outputs):
-    """A PythonKernel factory (runs in the runner process)."""
+def numpy_copy(inputs, outputs, crash_after=None):
+    """A PythonKernel factory (runs in the runner process); `crash_after` calls, it dereferences NULL."""
+    import ctypes
+
     import numpy as np
     a = inputs["A"]
     out = np.empty_like(a)
+    calls = [0]
 
     def run():
+        calls[0] += 1
+        if crash_after is not None and calls[0] > crash_after:
+            ctypes.string_at(0)  # a real SIGSEGV
         np.copyto(out, a)
         return {"C": out}
     return run
+
+
+def test_a_killed_harness_leaves_no_work_dir_behind():
+    import tempfile
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tempfile.mkdtemp(prefix="tensorlang-bench-")
+    with open(os.path.join(stale, "owner"), "w") as f:
+        f.write(dead.stdout)
+    with Harness() as h:  # starts no process until it measures
+        assert os.path.isdir(h.workdir) and not os.path.exists(stale)
+    assert not os.path.exists(h.workdir)

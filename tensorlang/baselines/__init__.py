@@ -5,6 +5,7 @@ produce it (where the policy can say), and names the policy:
 - `roller`: a Roller-style constructive heuristic on the Space Builder's space (baselines/roller.py);
 - `random[:SEED]`: a uniform sample of the space;
 - `default`: TVM without search (DLight rules; no .tsched text);
+- `metaschedule[:N]`: MetaSchedule tuning with N trials (default 64), its best trace as .tsched text;
 - `auto`: the best available policy -- `roller`, until the tensor language model exists.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from tensorlang.diagnostics import Diagnostic, error
 
-POLICIES = ("auto", "roller", "random", "default")
+POLICIES = ("auto", "roller", "random", "default", "metaschedule")
 
 
 @dataclass
@@ -29,6 +30,9 @@ def generate(policy: str, mod, op, target) -> Generated:
     if name == "default":
         from tensorlang.baselines.default import default_schedule
         return default_schedule(mod, op, target)
+    if name == "metaschedule":
+        from tensorlang.baselines.metaschedule import metaschedule_schedule
+        return metaschedule_schedule(mod, op, target, int(arg or 64))
     if name in ("auto", "roller", "random"):
         from tensorlang.parser.printer import format_stmt
         from tensorlang.space.space import Infeasible, Space

@@ -8,9 +8,11 @@ cost, none for the result (see ../shared/notes/tvm-0.27.md):
 
 - the TuneContext is built with `tvm.s_tir.tensor_intrin` stubbed (its ~22 s import is needed by
   none of the default CPU/GPU rules);
-- the builder builds in this process with `_f_build` -- MetaSchedule's default build minus that
-  import, which the default LocalBuilder repeats in every fresh worker of every batch (its pool is
-  restarted per batch); building in-process costs ~0.1 s a candidate and no worker start-up;
+- the builder (MetaSchedule's LocalBuilder: worker processes, 30 s per build) builds with `_f_build`,
+  MetaSchedule's default build minus that import -- which the default build function repeats in
+  every fresh worker of every batch (the pool is restarted per batch) -- and exports into the work
+  dir. Building in this process would save the workers' start-up (~3 s a batch) but could not stop
+  a build that runs away: one schedule kept LLVM busy for minutes on attention_scores;
 - the database lives in memory; the work dir (artifacts, log) is a temporary folder, removed after.
 
 The best record's trace is converted to .tsched statements (space/convert.py); `Generated.mod` is
@@ -48,42 +50,26 @@ def _tune_context(mod, tvm_target, kind: str, seed: int, num_threads: int, logge
                               task_name="main", rand_state=seed, num_threads=num_threads, logger=logger)
 
 
-_BUILDER_CLASS = None
+def _f_export(artifact_dir: str, rt_mod) -> str:
+    """MetaSchedule's default_export (a tar for the runner to link), into the work dir, not a fresh /tmp dir."""
+    from tvm.support.tar import tar
+    path = os.path.join(tempfile.mkdtemp(dir=artifact_dir), "mod." + tar.output_format)
+    rt_mod.export_library(path, fcompile=tar)
+    return path
 
 
-def in_process_builder(artifact_dir: str):
-    """A MetaSchedule builder that builds in this process with `_f_build` and exports each candidate into
-    `artifact_dir` (LocalBuilder starts a fresh worker pool for every batch, each worker importing TVM)."""
-    global _BUILDER_CLASS
-    if _BUILDER_CLASS is None:
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+def builder(artifact_dir: str, max_workers: int, timeout_s: float = 30.0):
+    """MetaSchedule's LocalBuilder with `_f_build` / `_f_export`: builds in worker processes, each build with
+    a time limit (a schedule can make LLVM take minutes: one that runs out is a failed trial)."""
+    import functools
 
-        @derived_object
-        class InProcessBuilder(PyBuilder):
-            def __init__(self, artifact_dir: str):
-                super().__init__()
-                self.artifact_dir = artifact_dir
-
-            def build(self, build_inputs):
-                from tvm.support.tar import tar
-                results = []
-                for inp in build_inputs:
-                    try:
-                        rt_mod = _f_build(inp.mod, inp.target, None)
-                        path = os.path.join(tempfile.mkdtemp(dir=self.artifact_dir), "mod." + tar.output_format)
-                        rt_mod.export_library(path, fcompile=tar)
-                        results.append(BuilderResult(path, None))
-                    except Exception as e:  # a candidate that does not build is a failed trial, not an error
-                        results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
-                return results
-
-        _BUILDER_CLASS = InProcessBuilder
-    return _BUILDER_CLASS(artifact_dir)
+    from tvm.s_tir import meta_schedule as ms
+    return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=timeout_s, f_build=_f_build,
+                                   f_export=functools.partial(_f_export, artifact_dir))
 
 
 def tune(mod, tvm_target, kind: str, trials: int, seed: int = 0, num_threads: int | None = None,
-         trials_per_iter: int = 64, run_timeout_s: float = 30):
+         trials_per_iter: int = 64, build_timeout_s: float = 30, run_timeout_s: float = 30):
     """Run MetaSchedule; the best `tvm.s_tir.Schedule` found (None if no trial succeeded).
 
     The work dir (artifacts, log) is a temporary folder, removed at the end; TENSORLANG_MS_LOG=PATH keeps
@@ -100,7 +86,8 @@ def tune(mod, tvm_target, kind: str, trials: int, seed: int = 0, num_threads: in
             database = ms.database.MemoryDatabase()
             ms.tune.tune_tasks(
                 tasks=[ctx], task_weights=[1.0], work_dir=work_dir, max_trials_global=trials,
-                num_trials_per_iter=min(trials_per_iter, trials), builder=in_process_builder(work_dir),
+                num_trials_per_iter=min(trials_per_iter, trials),
+                builder=builder(work_dir, num_threads, build_timeout_s),
                 runner=ms.runner.LocalRunner(timeout_sec=run_timeout_s), database=database,
                 cost_model=ms.CostModel.create("xgb", num_tuning_cores=num_threads), task_scheduler="gradient")
             return database.query_schedule(ctx.mod, tvm_target, workload_name="main")

@@ -13,9 +13,13 @@ two or more timed policies, the speed-up matrix. `--json OUT` writes:
   file, target    as given
   started         ISO-8601 UTC;  duration_s: wall time of the whole run
   machine         bench/machine.py: cpu, cores, threads, memory, OS, library versions, load average
-  settings        repeat, min_repeat_ms, timeout_s, seed, threads, jobs, lock_path, lock_wait_s
+  settings        repeat, min_repeat_ms, timeout_s, seed, threads, jobs, lock_path
+  conditions      lock_wait_s (waiting for another timer), locked_s (checking + timing), loadavg_1min,
+                  other_cpu_frac (share of the machine's CPU time other processes used meanwhile: the
+                  noise to expect; 0 on a quiet machine)
   results         one row per (operator, policy):
-                    op, target, policy, status (ok | wrong | schedule-error | build-error | crash |
+                    op, target, policy (as asked), generated_by (the policy that made the schedule:
+                    auto -> roller), status (ok | wrong | schedule-error | build-error | crash |
                     timeout | error | no-schedule), message, correct (null if never run), max_abs,
                     max_rel, median_ms, min_ms, max_ms, times_ms (one per round), gflops,
                     generation_s (making the schedule; null for a written one), schedule_s (applying
@@ -36,12 +40,13 @@ import sys
 import time
 
 DEFAULT_POLICIES = ("default", "roller", "random")
-TOP_KEYS = ("command", "argv", "file", "target", "started", "duration_s", "machine", "settings", "results",
-            "speedup")
-ROW_KEYS = ("op", "target", "policy", "status", "message", "correct", "max_abs", "max_rel", "median_ms", "min_ms",
-            "max_ms", "times_ms", "gflops", "generation_s", "schedule_s", "compile_s", "speedup", "schedule_text",
-            "diagnostics")
-SETTINGS_KEYS = ("repeat", "min_repeat_ms", "timeout_s", "seed", "threads", "jobs", "lock_path", "lock_wait_s")
+TOP_KEYS = ("command", "argv", "file", "target", "started", "duration_s", "machine", "settings", "conditions",
+            "results", "speedup")
+ROW_KEYS = ("op", "target", "policy", "generated_by", "status", "message", "correct", "max_abs", "max_rel",
+            "median_ms", "min_ms", "max_ms", "times_ms", "gflops", "generation_s", "schedule_s", "compile_s",
+            "speedup", "schedule_text", "diagnostics")
+SETTINGS_KEYS = ("repeat", "min_repeat_ms", "timeout_s", "seed", "threads", "jobs", "lock_path")
+CONDITION_KEYS = ("lock_wait_s", "locked_s", "loadavg_1min", "other_cpu_frac")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -112,9 +117,9 @@ def generate_candidate(doc, op_name: str, target_name: str, policy: str):
         mod, label, diags, text = gen.mod, gen.policy, gen.diagnostics, gen.schedule_text
     else:
         low = api.lower_op(doc, op_name, target_name, policy)
-        mod, label, diags, text = low.mod, low.policy, low.diagnostics, low.schedule_text
-        if name == "random" and label == "random":
-            label = policy  # keep the seed in the name
+        mod, diags, text = low.mod, low.diagnostics, low.schedule_text
+        label = policy  # as asked (`random:5` keeps its seed, `auto` its name; generated_by says who made it)
+        info["generated_by"] = low.policy
     gen_s = time.perf_counter() - t0
     info.update(policy=label, generation_s=gen_s)
     messages = [f"{d.severity}: {d.code} {d.message}" for d in diags]
@@ -133,6 +138,11 @@ def _statements(text: str):
     return module.schedules[0].stmts if module.schedules else []
 
 
+def first_error(messages) -> str:
+    errors = [m for m in messages if not m.startswith(("warning:", "hint:"))]
+    return (errors or list(messages) or ["no schedule"])[0]
+
+
 # ------------------------------------------------------------- reports
 def speedups(rows: list[dict]) -> dict:
     """{op: {policy: {other: other median / this median}}} over the timed rows; also sets row["speedup"]."""
@@ -149,6 +159,26 @@ def speedups(rows: list[dict]) -> dict:
     return out
 
 
+def conditions(results) -> dict:
+    """The run's conditions (harness.Result.run), with every documented key."""
+    run = next((r.run for r in results if r.run), {})
+    out = {k: run.get(k) for k in CONDITION_KEYS}
+    if out["lock_wait_s"] is not None:
+        out["lock_wait_s"] = round(out["lock_wait_s"], 3)
+    return out
+
+
+def format_conditions(cond: dict) -> str:
+    parts = []
+    if cond.get("other_cpu_frac") is not None:
+        parts.append(f"other processes used {cond['other_cpu_frac']:.0%} of the CPU time while measuring")
+    if cond.get("loadavg_1min") is not None:
+        parts.append(f"load average {cond['loadavg_1min']:.2f}")
+    if cond.get("lock_wait_s"):
+        parts.append(f"waited {cond['lock_wait_s']:.1f} s for the measurement lock")
+    return "conditions: " + "; ".join(parts) if parts else ""
+
+
 def _ms(x):
     return None if x is None else round(x * 1e3, 6)
 
@@ -157,10 +187,12 @@ def row_of(result, diagnostics=()) -> dict:
     info = result.info
     return {
         "op": result.op, "target": result.target, "policy": info.get("policy", result.name),
+        "generated_by": info.get("generated_by", info.get("policy", result.name)),
         "status": result.status, "message": result.message, "correct": result.correct,
         "max_abs": result.max_abs, "max_rel": result.max_rel,
         "median_ms": _ms(result.median_s), "min_ms": _ms(result.min_s), "max_ms": _ms(result.max_s),
-        "times_ms": [_ms(t) for t in result.times_s], "gflops": None if result.gflops is None else round(result.gflops, 3),
+        "times_ms": [_ms(t) for t in result.times_s],
+        "gflops": None if result.gflops is None else round(result.gflops, 3),
         "generation_s": info.get("generation_s"), "schedule_s": result.schedule_s, "compile_s": result.compile_s,
         "speedup": {}, "schedule_text": info.get("schedule_text"), "diagnostics": list(diagnostics),
     }
@@ -255,8 +287,8 @@ def cmd_bench(args) -> int:
                 cand, label, gen_s, messages = None, pol, None, [f"error: TS900 {type(e).__name__}: {e}"]
             if cand is None:
                 op = doc.model.ops[name]
-                res = Result(f"{name}/{label}", name, args.target, "no-schedule",
-                             messages[0] if messages else "no schedule", flops=op.flops,
+                res = Result(f"{name}/{label}", name, args.target, "no-schedule", first_error(messages),
+                             flops=op.flops,
                              info={"policy": label, "generation_s": gen_s, "schedule_text": None})
                 rows_pending.append((None, res, messages))
             else:
@@ -266,11 +298,9 @@ def cmd_bench(args) -> int:
     results = measure_candidates(candidates, repeat=args.repeat, timeout_s=args.timeout, jobs=args.jobs,
                                  threads=threads, min_repeat_ms=args.min_repeat_ms, seed=args.seed, progress=say)
     by_cand = {id(c): r for c, r in zip(candidates, results)}
-    rows, lock_wait = [], 0.0
+    rows = []
     for cand, res, messages in rows_pending:
-        r = by_cand[id(cand)] if cand is not None else res
-        lock_wait = max(lock_wait, r.lock_wait_s)
-        rows.append(row_of(r, messages))
+        rows.append(row_of(by_cand[id(cand)] if cand is not None else res, messages))
     report = {
         "command": equivalent_command(args),
         "argv": list(sys.argv),
@@ -281,19 +311,22 @@ def cmd_bench(args) -> int:
         "machine": describe(threads),
         "settings": {"repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms, "timeout_s": args.timeout,
                      "seed": args.seed, "threads": threads, "jobs": args.jobs or host_cores(),
-                     "lock_path": lock_path(), "lock_wait_s": round(lock_wait, 3)},
+                     "lock_path": lock_path()},
+        "conditions": conditions(results),
         "results": rows,
         "speedup": speedups(rows),
     }
     report["duration_s"] = round(time.time() - started, 2)
+    if args.json and args.json != "-":  # the file first: a closed stdout must not lose the report
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
     if args.json == "-":
         print(json.dumps(report, indent=1))
     else:
         print(format_table(rows))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
-                f.write("\n")
+        if format_conditions(report["conditions"]):
+            print("\n" + format_conditions(report["conditions"]))
     return 0 if rows and all(r["status"] == "ok" for r in rows) else 1
 
 
@@ -304,6 +337,8 @@ def main(argv=None) -> int:
         return cmd_bench(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":

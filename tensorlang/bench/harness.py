@@ -48,13 +48,21 @@ class PythonKernel:
 
 
 @dataclass
+class Library:
+    """A kernel built elsewhere: a shared library (`lib.export_library(path)`) whose `main` takes the
+    operator's inputs then outputs. The harness loads it as is (and leaves the file alone)."""
+    path: str
+
+
+@dataclass
 class Candidate:
     """One thing to measure.
 
     op: an OpModel, or .tsched text holding the operator (`op_name` picks one if it holds several);
     target: a TargetModel, or the name of a target of that text (`llvm` = this host);
     schedule: a scheduled tvm.IRModule, .tsched schedule text (a `schedule` block or bare statements),
-    a PythonKernel, or None (the operator unscheduled); info: carried to the Result as is."""
+    a Library (built already), a PythonKernel, or None (the operator unscheduled); info: carried to the
+    Result as is."""
     name: str
     op: Any
     target: Any
@@ -78,6 +86,7 @@ class Result:
     compile_s: float | None = None  # tvm.compile + export (build worker)
     load_s: float | None = None  # loading the kernel in the runner
     lock_wait_s: float = 0.0
+    run: dict = field(default_factory=dict)  # about the whole run (the same dict for every result): run_stats()
     info: dict = field(default_factory=dict)
     worker: dict = field(default_factory=dict)  # what the worker processes report (pids, imports)
 
@@ -119,8 +128,9 @@ class _Item:
     future: Any = None
 
 
-def _resolve(c: Candidate):
-    """(OpModel, TargetModel) of a candidate."""
+def _resolve(c: Candidate, docs: dict):
+    """(OpModel, TargetModel) of a candidate. `docs`: text -> Document, shared by the candidates of one
+    measurement (candidates given the same text share the operator, its inputs and its reference)."""
     from tensorlang.analysis.model import OpModel, TargetModel
     if isinstance(c.op, OpModel):
         op = c.op
@@ -132,7 +142,9 @@ def _resolve(c: Candidate):
             raise ValueError(f"target '{c.target}': give a TargetModel (only llvm/cuda are known without a file)")
         return op, doc.model.targets[c.target]
     from tensorlang import api
-    doc = api.load_text(str(c.op), f"<{c.name}>")
+    doc = docs.get(str(c.op))
+    if doc is None:
+        doc = docs[str(c.op)] = api.load_text(str(c.op), f"<{c.name}>")
     errors = [d for d in doc.diagnostics if d.severity == "error"]
     if errors:
         raise ValueError(f"the operator text has errors: {errors[0].code} {errors[0].message}")
@@ -147,15 +159,42 @@ def _resolve(c: Candidate):
     return doc.model.ops[name], target
 
 
+WORKDIR_PREFIX = "tensorlang-bench-"
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove the work dirs of harnesses whose process is gone (killed before it could clean up)."""
+    import glob
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), WORKDIR_PREFIX + "*")):
+        try:
+            with open(os.path.join(d, "owner")) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            continue  # not one of ours, or still being set up
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 class Harness:
-    """Build and runner pools that outlive one measurement (a data collector keeps one open)."""
+    """Build and runner pools that outlive one measurement (a data collector keeps one open).
+    Its work dir (shared libraries, runner logs) is removed on close, or by the next harness on this
+    machine if its process was killed first."""
 
     def __init__(self, jobs: int | None = None, threads: int | None = None, workdir: str | None = None):
         from tensorlang.lower.targets import host_cores
         self.jobs = jobs or host_cores()
         self.threads = threads
         self._own_dir = workdir is None
-        self.workdir = workdir or tempfile.mkdtemp(prefix="tensorlang-bench-")
+        if workdir is None:
+            _sweep_stale_workdirs()
+            workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
+            with open(os.path.join(workdir, "owner"), "w") as f:
+                f.write(f"{os.getpid()}\n")
+        self.workdir = workdir
         self.kernels = P.KernelPool(self.workdir, threads)
         self._builds = None
         self._n = 0
@@ -185,13 +224,18 @@ class Harness:
                 lock: bool = True, lock_path: str | None = None,
                 progress: Callable[[str], None] | None = None) -> list[Result]:
         say = progress or (lambda msg: None)
-        items = [self._item(c) for c in candidates]
+        docs: dict = {}
+        items = [self._item(c, docs) for c in candidates]
         todo = [it for it in items if it.result.status == OK]
+        if not todo:
+            return [it.result for it in items]
         if any(it.slot == "tvm" for it in todo):
             self.kernels.prestart("tvm")
         # 1. builds, in parallel; references meanwhile
         for it in todo:
-            if it.slot == "tvm":
+            if isinstance(it.cand.schedule, Library):
+                it.spec = {"kind": "tvm", "path": it.cand.schedule.path, "keep": True}
+            elif it.slot == "tvm":
                 self._n += 1
                 safe = "".join(ch if ch.isalnum() else "_" for ch in it.cand.name)[:40]
                 path = os.path.join(self.workdir, f"k{self._n}_{safe}.so")
@@ -209,15 +253,23 @@ class Harness:
         self._collect_builds([it for it in todo if it.future is not None], build_timeout_s, say)
         from tensorlang.analysis import dtypes as D
         todo = [it for it in todo if it.result.status == OK]
+        data_keys: dict = {}
         for it in todo:
+            if id(it.op) not in data_keys:
+                self._n += 1
+                data_keys[id(it.op)] = f"d{self._n}"
             it.spec.update(inputs={t.name: inputs[id(it.op)][t.name] for t in it.op.inputs},
-                           outputs=[(t.name, t.shape, str(D.numpy_dtype(t.dtype))) for t in it.op.outputs])
+                           outputs=[(t.name, t.shape, str(D.numpy_dtype(t.dtype))) for t in it.op.outputs],
+                           data=data_keys[id(it.op)])
         # 2 and 3, under the lock
         ctx = measure_lock(lock_path) if lock else _no_lock()
+        run = {}
         with ctx as held:
             wait = held.wait_s if held else 0.0
+            run.update(lock_path=held.path if held else None, lock_wait_s=wait, lock_acquired_at=time.time())
             for it in items:
-                it.result.lock_wait_s = wait
+                it.result.lock_wait_s, it.result.run = wait, run
+            before = _cpu_snapshot(self.kernels)
             for it in todo:
                 self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
             timed = [it for it in todo if it.result.status == OK]
@@ -237,12 +289,13 @@ class Harness:
                     except P.RequestError as e:
                         it.result.status, it.result.message = ERROR, str(e)
                 say(f"round {r + 1}/{repeat} done")
+            run.update(_cpu_since(before, self.kernels))
         for it in todo:
             try:
                 self.kernels.unload(it.slot, it.key)
             except (P.WorkerDied, P.RequestError):
                 pass
-            if it.spec.get("path"):
+            if it.spec.get("path") and not it.spec.get("keep"):
                 try:
                     os.unlink(it.spec["path"])
                 except OSError:
@@ -252,12 +305,12 @@ class Harness:
                 it.result.times_s = []  # a kernel that failed a round has no valid figure
         return [it.result for it in items]
 
-    def _item(self, c: Candidate) -> _Item:
+    def _item(self, c: Candidate, docs: dict) -> _Item:
         res = Result(c.name, getattr(c.op, "name", c.op_name or "?"), getattr(c.target, "name", str(c.target)),
                      OK, info=dict(c.info))
         it = _Item(c, res)
         try:
-            it.op, it.target = _resolve(c)
+            it.op, it.target = _resolve(c, docs)
         except ValueError as e:
             res.status, res.message = ERROR, str(e)
             return it
@@ -342,6 +395,47 @@ class Harness:
         if not ok:
             r.status, r.message = WRONG, "mismatch against the NumPy reference"
             say(f"{it.cand.name}: wrong result (max abs error {worst_abs:.3g})")
+
+
+def _cpu_snapshot(kernels) -> dict:
+    """CPU time of the machine and of our processes (this one, the runners) now, in clock ticks."""
+    snap = {"t": time.monotonic(), "busy": None, "ours": {}}
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        snap["busy"] = sum(v) - v[3] - (v[4] if len(v) > 4 else 0)  # all but idle and iowait
+    except (OSError, ValueError, IndexError):
+        return snap
+    pids = [os.getpid()] + [r.process.pid for r in kernels.runners.values()] + \
+        [proc.pid for proc, _, _ in kernels.pending.values()]
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            snap["ours"][pid] = int(fields[11]) + int(fields[12])  # utime + stime
+        except (OSError, ValueError, IndexError):
+            pass
+    return snap
+
+
+def _cpu_since(before: dict, kernels) -> dict:
+    """How long checking and timing took, the load average, and the share of the machine's CPU time that processes
+    other than ours used meanwhile (`other_cpu_frac`: 0 on a quiet machine; noise to expect when high)."""
+    after = _cpu_snapshot(kernels)
+    out = {"locked_s": round(after["t"] - before["t"], 3), "loadavg_1min": None, "other_cpu_frac": None}
+    try:
+        out["loadavg_1min"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    if before["busy"] is None or after["busy"] is None:
+        return out
+    ours = sum(t - before["ours"].get(pid, 0) for pid, t in after["ours"].items())
+    hz = os.sysconf("SC_CLK_TCK")
+    cpus = os.cpu_count() or 1
+    capacity = (after["t"] - before["t"]) * hz * cpus
+    if capacity > 0:
+        out["other_cpu_frac"] = round(max(0.0, (after["busy"] - before["busy"] - ours) / capacity), 3)
+    return out
 
 
 class _no_lock:

@@ -10,7 +10,8 @@ it exits (a crashed holder never leaves the machine locked).
         ...                      # time kernels
     held.wait_s                  # how long it waited for another timer
 
-Re-entrant within one process (a nested `measure_lock()` on the same path does not deadlock).
+Threads of one process take turns too, and a thread that holds it may take it again (nested
+`measure_lock()` blocks do not deadlock).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 DEFAULT_PATH = "/tmp/tensorlang-measure.lock"
 ENV = "TENSORLANG_MEASURE_LOCK"
 
-_local = threading.Lock()
-_held: dict[str, int] = {}  # path -> nesting depth in this process
+_guard = threading.Lock()
+_threads: dict[str, threading.RLock] = {}  # path -> the lock the threads of this process take first
+_depth: dict[str, int] = {}  # path -> nesting depth of the thread that holds it
 
 
 def lock_path() -> str:
@@ -48,45 +50,46 @@ def measure_lock(path: str | None = None, timeout_s: float | None = None, poll_s
     """Hold the measurement lock for the duration of the block. `timeout_s`: give up after this long
     (LockTimeout); None waits as long as it takes."""
     path = os.path.abspath(path or lock_path())
-    with _local:
-        depth = _held.get(path, 0)
-        if depth:
-            _held[path] = depth + 1
-    if depth:  # this process holds it already
-        try:
-            yield Held(path, 0.0, time.time())
-        finally:
-            with _local:
-                _held[path] -= 1
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with _guard:
+        rlock = _threads.setdefault(path, threading.RLock())
+    start = time.monotonic()
+    if not rlock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+        raise LockTimeout(f"the measurement lock {path} is held by another thread (waited {timeout_s:.0f} s)")
     try:
-        start = time.monotonic()
-        if timeout_s is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() - start >= timeout_s:
-                        raise LockTimeout(f"the measurement lock {path} is held by another process "
-                                          f"(waited {timeout_s:.0f} s)") from None
-                    time.sleep(poll_s)
-        held = Held(path, time.monotonic() - start, time.time())
-        try:  # who holds it, for people looking at the file
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
-        with _local:
-            _held[path] = 1
+        if _depth.get(path, 0):  # this thread holds it already
+            _depth[path] += 1
+            try:
+                yield Held(path, 0.0, time.time())
+            finally:
+                _depth[path] -= 1
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            yield held
+            if timeout_s is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() - start >= timeout_s:
+                            raise LockTimeout(f"the measurement lock {path} is held by another process "
+                                              f"(waited {timeout_s:.0f} s)") from None
+                        time.sleep(poll_s)
+            held = Held(path, time.monotonic() - start, time.time())
+            try:  # who holds it, for people looking at the file
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError:
+                pass
+            _depth[path] = 1
+            try:
+                yield held
+            finally:
+                _depth[path] = 0
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            with _local:
-                _held.pop(path, None)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
     finally:
-        os.close(fd)
+        rlock.release()

@@ -65,7 +65,7 @@ def task_hash(space) -> str:
 def machine_id() -> str:
     from tensorlang.bench.machine import describe
     d = describe()
-    return hashlib.sha256(f"{d.get('cpu')}|{d.get('usable_cores') or os.cpu_count()}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{d.get('cpu')}|{d.get('usable_cpus') or os.cpu_count()}".encode()).hexdigest()[:12]
 
 
 def yield_to_measurements() -> None:
