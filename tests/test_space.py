@@ -255,3 +255,15 @@ def test_check_space_hints_outside_schedules_with_an_in_space_fix():
     assert [d.span.line for d in diags if d.code == "TS314"] == [
         next(s.span.line for s in doc2.ast.schedules if s.target == "h200")]
     assert cpu_line == 11
+
+
+MS64 = sorted((ROOT / "tests" / "data" / "metaschedule64").glob("*.tsched"))
+
+
+@pytest.mark.parametrize("path", MS64, ids=[p.stem for p in MS64])
+def test_metaschedule_64_best_schedules_are_in_the_space(path):
+    """MetaSchedule's best of 64 trials per example (from benchmarks/policies.py, converted from its
+    trace) checks cleanly and tests as a point of the space: no TS314 hint."""
+    doc = api.load(path)
+    diags = api.check(doc, space=True)
+    assert [(d.code, d.severity) for d in diags] == []
