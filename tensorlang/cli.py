@@ -442,6 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bn)
     bn.set_defaults(func=cmd_bench)
 
+    from tensorlang.data import extract as extract_cmd  # imports only the standard library: start-up stays fast
+    ex = sub.add_parser("extract", help="write one .tsched operator per unique subgraph of a model, and a manifest")
+    extract_cmd.add_arguments(ex)
+    ex.set_defaults(func=extract_cmd.cmd_extract)
+
     d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
     d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
     d.add_argument("--repeat", type=int, default=5)

@@ -77,14 +77,15 @@ async def status(client: LanguageClient):
 
 
 async def settled(client: LanguageClient, uri: str, timeout: float = 120.0) -> list[T.Diagnostic]:
-    """The diagnostics of the document's current version once legality has been published too."""
+    """The diagnostics of the document's current version once legality and the in-space hints have
+    been published too."""
     version = _versions[uri]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         st = await status(client)
         doc = next((d for d in st.documents if d.uri == uri), None)
-        if doc is not None and doc.legality_done == version:
+        if doc is not None and doc.legality_done == version and doc.space_done == version:
             return list(client.diagnostics.get(uri, []))
         await asyncio.sleep(0.05)
     raise AssertionError(f"no settled diagnostics for {uri} v{version} after {timeout}s")

@@ -36,7 +36,7 @@ from pygls.uris import from_fs_path, to_fs_path
 
 from tensorlang import __version__
 from tensorlang.analysis.primitives import LOOP, LOOPS, STAGE, STAGE_OR_LOOP
-from tensorlang.diagnostics import error
+from tensorlang.diagnostics import error, sort_diagnostics
 from tensorlang.lsp import features as F
 from tensorlang.lsp.analysis import Analysis, Occ
 from tensorlang.lsp.incremental import IncrementalParser, shift
@@ -83,6 +83,7 @@ class DocState:
     task: asyncio.Task | None = None
     published_version: int | None = None
     legality_done_version: int | None = None
+    space_done_version: int | None = None  # the in-space hints (TS314) are published for this version
     legality: list = field(default_factory=list)
 
 
@@ -115,6 +116,7 @@ class TensorlangServer(LanguageServer):
         self.analysis_worker = Worker("analysis")
         self.jobs_worker = Worker("jobs")
         self.legality_cache = LRU(1024)  # (op ast, target, schedule text) -> (first line, diagnostics)
+        self.space_cache = LRU(1024)  # the same key -> (first line, in-space hints, TS314)
         self.state_cache = LRU(256)  # (op ast, statements, resolve) -> schedule_state
         self.generation_cache = LRU(128)  # (op ast, target) -> generate result
         self.measurements: dict[tuple, dict] = {}  # (uri, op, target) -> measurement
@@ -194,12 +196,13 @@ class TensorlangServer(LanguageServer):
         op = an.model.ops[sched.op]
         return (op.ast, _target_key(an.model.targets[sched.target]), F.schedule_source(an, sched))
 
-    def cached_legality(self, an: Analysis) -> tuple[list, list[int]]:
-        """Legality diagnostics of the schedules seen before (moved to where they are now), and the
-        indices of the others."""
+    def cached_legality(self, an: Analysis, cache=None) -> tuple[list, list[int]]:
+        """Legality diagnostics (or, with `cache=self.space_cache`, in-space hints) of the schedules seen
+        before, moved to where they are now, and the indices of the others."""
+        cache = self.legality_cache if cache is None else cache
         known, missing = [], []
         for n, sched in enumerate(an.model.schedules):
-            hit = self.legality_cache.get(self.legality_key(an, sched))
+            hit = cache.get(self.legality_key(an, sched))
             if hit is None:
                 missing.append(n)
             else:
@@ -209,7 +212,7 @@ class TensorlangServer(LanguageServer):
 
     def publish(self, uri: str, an: Analysis, legality: list):
         st = self.state(uri)
-        diags = F.lsp_diagnostics(an, list(an.doc.diagnostics) + list(legality))
+        diags = F.lsp_diagnostics(an, sort_diagnostics(list(an.doc.diagnostics) + list(legality)))
         self.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=diags,
                                                                           version=an.version))
         st.published_version = an.version
@@ -224,9 +227,11 @@ class TensorlangServer(LanguageServer):
             an = self.analysis(uri)
             st = self.state(uri)
             known, missing = self.cached_legality(an) if self.legality_enabled else ([], [])
-            self.publish(uri, an, known)
+            hints, _ = self.cached_legality(an, self.space_cache) if self.legality_enabled else ([], [])
+            self.publish(uri, an, known + hints)
             if not missing:
                 st.legality_done_version = an.version
+                await self._space_hints(uri, an, known + hints)
                 return
             scheds = an.model.schedules
             keys = [self.legality_key(an, scheds[n]) for n in missing]
@@ -248,12 +253,44 @@ class TensorlangServer(LanguageServer):
                                           scheds[n].span))
                 else:
                     legality += r
-            self.publish(uri, an, legality)
+            self.publish(uri, an, legality + hints)
             st.legality_done_version = an.version
+            await self._space_hints(uri, an, legality + hints)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             self.report("diagnostics", e)
+
+    async def _space_hints(self, uri: str, an: Analysis, published: list):
+        """After legality: for each legal schedule not seen before, whether it is a point of the schedule
+        space (hint TS314, as `tensorlang check --space`), at the lowest priority so that completions
+        and generated schedules never wait behind the search."""
+        _, missing = self.cached_legality(an, self.space_cache)
+        scheds = an.model.schedules
+        erroneous = {d.span.line for d in published if d.severity == "error"}
+        todo = [n for n in missing
+                if not any(scheds[n].span.line <= line <= scheds[n].span.end_line for line in erroneous)]
+        if not todo:
+            self.state(uri).space_done_version = an.version
+            return
+        calls = []
+        for n in todo:
+            key = self.legality_key(an, scheds[n])
+            calls.append(self.analysis_worker.call(
+                "space_hint", an.text, an.path, n, priority=BACKGROUND, key=("space", key),
+                on_result=functools.partial(self._store_space, key, scheds[n].span.line)))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        if self._current_text(uri) != an.text:
+            return
+        if any(isinstance(r, asyncio.CancelledError) for r in results):
+            raise asyncio.CancelledError()
+        hints, _ = self.cached_legality(an, self.space_cache)
+        legality = [d for d in published if d.code != "TS314"]
+        self.publish(uri, an, legality + hints)
+        self.state(uri).space_done_version = an.version
+
+    def _store_space(self, key, line, diags):
+        self.space_cache.put(key, (line, tuple(diags)))
 
     def _store_legality(self, key, line, diags):
         self.legality_cache.put(key, (line, tuple(diags)))
@@ -582,7 +619,8 @@ def create_server() -> TensorlangServer:
             "workers": {w.name: {"pid": w.pid, "started": w.started, "jobs_done": w.done}
                         for w in (ls.analysis_worker, ls.jobs_worker)},
             "documents": [{"uri": uri, "version": st.version, "published": st.published_version,
-                           "legality_done": st.legality_done_version} for uri, st in ls.docs.items()],
+                           "legality_done": st.legality_done_version,
+                           "space_done": st.space_done_version} for uri, st in ls.docs.items()],
             "errors": list(ls.errors),
         }
 

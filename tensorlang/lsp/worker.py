@@ -89,16 +89,23 @@ def warmup_generation() -> dict:
 
 
 def legality(text: str, path: str, index: int) -> list:
-    """`api.check_schedule(doc, sched).diagnostics` for the index-th checkable schedule of the document,
-    plus the in-space hint (TS314) when the schedule is legal, as `tensorlang check --space` gives it."""
+    """`api.check_schedule(doc, sched).diagnostics` for the index-th checkable schedule of the document."""
+    doc = document(text, path)
+    sched = doc.model.schedules[index]
+    primfunc(doc, sched.op)
+    return list(api.check_schedule(doc, sched).diagnostics)
+
+
+def space_hint(text: str, path: str, index: int) -> list:
+    """The in-space hint (TS314) of the index-th schedule, as `tensorlang check --space` gives it;
+    [] when the schedule is a point of the space or is not legal."""
     doc = document(text, path)
     sched = doc.model.schedules[index]
     primfunc(doc, sched.op)
     result = api.check_schedule(doc, sched)
-    diags = list(result.diagnostics)
-    if result.applied is not None and not any(d.severity == "error" for d in diags):
-        diags += api.space_membership(doc, sched, result.applied)
-    return diags
+    if result.applied is None or any(d.severity == "error" for d in result.diagnostics):
+        return []
+    return api.space_membership(doc, sched, result.applied)
 
 
 def _loop_record(sch, rv, name: str) -> dict:
@@ -219,7 +226,8 @@ def crash() -> None:  # used by the tests: a worker that dies mid-job
     os._exit(3)
 
 
-JOBS = {f.__name__: f for f in (warmup, warmup_generation, legality, schedule_state, generate, lower, measure, crash)}
+JOBS = {f.__name__: f for f in (warmup, warmup_generation, legality, space_hint, schedule_state, generate, lower,
+                                 measure, crash)}
 
 
 # ------------------------------------------------------------------ main
