@@ -263,8 +263,8 @@ class TensorlangServer(LanguageServer):
 
     async def _space_hints(self, uri: str, an: Analysis, published: list):
         """After legality: for each legal schedule not seen before, whether it is a point of the schedule
-        space (hint TS314, as `tensorlang check --space`), at the lowest priority so that completions
-        and generated schedules never wait behind the search."""
+        space (hint TS314, as `tensorlang check --space`), at the lowest priority of the second worker so
+        that completions and generated schedules never wait behind the search."""
         _, missing = self.cached_legality(an, self.space_cache)
         scheds = an.model.schedules
         erroneous = {d.span.line for d in published if d.severity == "error"}
@@ -276,7 +276,9 @@ class TensorlangServer(LanguageServer):
         calls = []
         for n in todo:
             key = self.legality_key(an, scheds[n])
-            calls.append(self.analysis_worker.call(
+            # In the second worker (lowering, measuring): a search never holds up legality, names or
+            # generated schedules in the analysis worker.
+            calls.append(self.jobs_worker.call(
                 "space_hint", an.text, an.path, n, priority=BACKGROUND, key=("space", key),
                 on_result=functools.partial(self._store_space, key, scheds[n].span.line)))
         results = await asyncio.gather(*calls, return_exceptions=True)
