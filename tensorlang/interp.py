@@ -32,13 +32,39 @@ def _erf(x):
     return np.vectorize(erf, otypes=[np.float64])(x) if np.ndim(x) else erf(float(x))
 
 
+def index_bounds(op: OpModel) -> dict[str, int]:
+    """Integer inputs used as subscripts (`W[I[i], j]`, a gather): input -> the extent they index."""
+    bounds: dict[str, int] = {}
+
+    def visit(e):
+        from tensorlang.analysis.check import _children
+        if isinstance(e, A.Access) and e.tensor in op.tensors:
+            shape = op.tensors[e.tensor].shape
+            for d, idx in enumerate(e.indices):
+                inner = A.strip_parens(idx)
+                if isinstance(inner, A.Access) and op.tensors.get(inner.tensor) is not None \
+                        and op.tensors[inner.tensor].role == "input" and op.tensors[inner.tensor].dtype in D.INTS:
+                    bounds[inner.tensor] = min(bounds.get(inner.tensor, shape[d]), shape[d])
+        for c in _children(e):
+            visit(c)
+
+    for st in op.stages:
+        visit(st.ast.rhs)
+    return bounds
+
+
 def random_inputs(op: OpModel, seed: int = 0) -> dict[str, np.ndarray]:
-    """Standard-normal inputs (fixed seed); integer tensors get normals scaled by 4 and rounded."""
+    """Standard-normal inputs (fixed seed); integer tensors get normals scaled by 4 and rounded,
+    except those used as subscripts (gathers): their normals are rescaled onto 0 .. extent - 1 of the
+    dimension they index, so every index is in range (TVM's gathers do not check bounds)."""
     rng = np.random.default_rng(seed)
+    gathers = index_bounds(op)
     out = {}
     for t in op.inputs:
         x = rng.standard_normal(t.shape)
-        if t.dtype in D.INTS:
+        if t.name in gathers:
+            x = np.floor((x - x.min()) / (np.ptp(x) + 1e-12) * (gathers[t.name] - 1e-9)) if x.size > 1 else 0 * x
+        elif t.dtype in D.INTS:
             x = np.rint(x * 4)
             if t.dtype.startswith("u"):
                 x = np.abs(x)

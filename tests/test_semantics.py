@@ -66,3 +66,12 @@ def test_serial_loop_above_blockidx_is_reported():
     diags = [d for d in api.check(api.load_text(CPU + src)) if d.severity == "error"]
     assert [d.code for d in diags] == ["TS401"]
     assert "serial loop i outside its blockIdx.* loop" in diags[0].message
+
+
+def test_gather_indices_are_drawn_in_range():
+    r = run_op("op take(W: f32[1000, 16], I: i32[64]) -> Y: f32[64, 16] {\n    Y[i, j] = W[I[i], j]\n}\n", "take")
+    assert r.ok and r.max_abs == 0.0
+    from tensorlang import interp
+    doc = api.load_text(CPU + "op take(W: f32[1000, 16], I: i32[64]) -> Y: f32[64, 16] {\n    Y[i, j] = W[I[i], j]\n}\n")
+    idx = interp.random_inputs(doc.model.ops["take"])["I"]
+    assert idx.min() >= 0 and idx.max() <= 999 and idx.max() - idx.min() > 500
