@@ -199,8 +199,11 @@ def lower(text: str, path: str, op: str, target: str, emit: str) -> dict:
 
 
 def measure(text: str, path: str, op: str, target: str, repeat: int = 5, progress=None) -> dict:
-    """`api.lower_op` + `api.run_lowered` on this CPU: the checked result and the median latency."""
+    """The bench harness on this CPU (build in a worker process, check against the NumPy reference,
+    time in a kernel runner that survives a crash or a hang): the checked result and its latency."""
+    from tensorlang.bench.harness import Candidate, measure_candidates
     from tensorlang.lower.targets import mcpu_of, missing_host_features
+    from tensorlang.parser.printer import format_stmt
     progress = progress or (lambda msg, pct=None: None)
     progress("checking and lowering", 10)
     doc = api.load_text(text, path)
@@ -216,10 +219,19 @@ def measure(text: str, path: str, op: str, target: str, repeat: int = 5, progres
     if not low.ok:
         errors = [d for d in low.diagnostics if d.severity == "error"]
         return {"ok": False, "error": errors[0].message if errors else "lowering failed"}
-    progress("compiling and running", 40)
-    r = api.run_lowered(low, repeat=repeat)
+    sched = doc.model.schedule_for(op, target)
+    schedule = "\n".join(format_stmt(s) for s in sched.stmts) if sched is not None else low.mod
+    progress("building, checking and timing", 40)
+    [r] = measure_candidates([Candidate(low.policy, text, target, schedule, op_name=op)], repeat=repeat,
+                             timeout_s=60)
     progress("done", 100)
-    return {"ok": r.ok, "error": None if r.ok else r.message, "result": dict(r.__dict__), "policy": low.policy}
+    if r.median_s is None:
+        return {"ok": False, "error": f"{r.status}: {r.message}", "policy": low.policy}
+    result = {"ok": r.ok, "status": r.status, "median_ms": r.median_s * 1e3, "min_ms": r.min_s * 1e3,
+              "max_ms": r.max_s * 1e3, "gflops": r.gflops or 0.0, "max_abs": r.max_abs or 0.0,
+              "max_rel": r.max_rel or 0.0}
+    return {"ok": r.ok, "error": None if r.ok else f"{r.status}: {r.message}", "result": result,
+            "policy": low.policy}
 
 
 def crash() -> None:  # used by the tests: a worker that dies mid-job
