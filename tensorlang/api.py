@@ -182,7 +182,6 @@ class RunResult:
 
 def run_lowered(low: Lowered, repeat: int = 5, seed: int = 0) -> RunResult:
     """Compile, run on standard-normal inputs, compare with the NumPy reference, time it."""
-    import numpy as np
 
     from tensorlang import interp
     from tensorlang.lower.build import BuildError, compile_module

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from tensorlang.data import dataset
 from tensorlang.data.collect import stats

@@ -1,5 +1,4 @@
 """Semantics that the kernel and the NumPy reference must agree on, and the checks that guard them."""
-import pytest
 
 from tensorlang import api
 

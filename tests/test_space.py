@@ -9,7 +9,7 @@ import tvm_ffi
 
 from tensorlang import api
 from tensorlang.baselines import generate
-from tensorlang.baselines.roller import Hardware, RollerPolicy, roller_point
+from tensorlang.baselines.roller import Hardware, roller_point
 from tensorlang.lower.schedule import apply_schedule
 from tensorlang.parser import ast as A
 from tensorlang.parser import parse

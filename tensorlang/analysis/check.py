@@ -529,14 +529,14 @@ def _type_of(c: _StageChecker, e: A.Expr, env: _TypeEnv) -> str:
             c.err("TS210", f"'{e.op}' between {a} and {b}; convert one side, e.g. {_strong(a, b)}(...)", e.span)
             return a
         if t == D.BOOL:
-            c.err("TS210", f"arithmetic on a condition", e.span)
+            c.err("TS210", "arithmetic on a condition", e.span)
         if e.op in ("//", "%") and D.is_float(t):
             c.err("TS210", f"'{e.op}' needs integers; this is {t}", e.span)
         if e.op == "**" and not D.is_float(t):
             c.err("TS210", f"'**' needs floating-point operands; this is {t}: convert one, e.g. f32(...)", e.span)
         divisor = A.strip_parens(e.right)
         if e.op in ("/", "//", "%") and isinstance(divisor, A.Num) and divisor.value == 0:
-            c.err("TS215", f"division by zero", e.right.span)
+            c.err("TS215", "division by zero", e.right.span)
         return t
     if isinstance(e, A.Call):
         types = [_type_of(c, a, env) for a in e.args]

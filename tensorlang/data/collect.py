@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass

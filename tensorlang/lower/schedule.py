@@ -15,8 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tensorlang.analysis.primitives import (BOOL, BUFFER, FACTORS, INT, LOOP, LOOPS, SCOPE, STAGE, STAGE_OR_LOOP,
-                                            STR, THREAD, VALUE, BoundArgs, arg_text_value, match_args)
+from tensorlang.analysis.primitives import BoundArgs, arg_text_value, match_args
 from tensorlang.diagnostics import Diagnostic, error, one_of, warning
 from tensorlang.lower import tir
 from tensorlang.parser import ast as A

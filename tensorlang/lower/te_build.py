@@ -30,7 +30,6 @@ def _compute(st: StageModel, op: OpModel, tensors):
     from tvm import te
 
     shape = [i.extent for i in st.spatial]
-    dtype = D.TVM_DTYPE[st.dtype]
     names = [i.name for i in st.spatial]
 
     def body(*spatial_vars):
@@ -87,8 +86,7 @@ class _ExprBuilder:
         return want if want in D.INTS or (want in D.FLOATS and t == D.WEAK_INT) else "i32"
 
     def _emit(self, e: A.Expr, want: str):
-        import tvm
-        from tvm import te, tirx
+        from tvm import tirx
 
         if isinstance(e, A.Num):
             return tirx.const(e.value, D.TVM_DTYPE[self._concrete(self.type_of(e), want)])

@@ -29,7 +29,7 @@ from tensorlang.analysis import dtypes as D
 from tensorlang.analysis.model import FUNCTIONS, OpModel
 from tensorlang.analysis.targets import CPU_VECTOR_BITS, GPU_DEFAULTS
 from tensorlang.parser import ast as A
-from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space
+from tensorlang.space.space import TILE, DecisionPoint, Point, Space
 
 GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 1, 1, 1
 MAX_INT = 8192
