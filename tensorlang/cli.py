@@ -416,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--batch", type=int, default=8)
     co.add_argument("--repeat", type=int, default=5)
     co.add_argument("-o", "--output", default="data/measured/cpu")
+    co.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                    help="time the kernels on the TVM RPC servers registered with this tracker under KEY")
+    co.add_argument("--rpc-sessions", type=int, default=1, help="servers to measure on in parallel")
     co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
 
     pt = sub.add_parser("pretrain", help="sample unmeasured tensor sentences per task (the pre-training corpus)")

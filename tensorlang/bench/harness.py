@@ -184,8 +184,11 @@ class Harness:
     Its work dir (shared libraries, runner logs) is removed on close, or by the next harness on this
     machine if its process was killed first."""
 
-    def __init__(self, jobs: int | None = None, threads: int | None = None, workdir: str | None = None):
+    def __init__(self, jobs: int | None = None, threads: int | None = None, workdir: str | None = None,
+                 rpc=None):
+        """`rpc`: an RPCConfig to run and time the kernels on TVM RPC servers instead of here."""
         from tensorlang.lower.targets import host_cores
+        self.rpc = rpc
         self.jobs = jobs or host_cores()
         self.threads = threads
         self._own_dir = workdir is None
@@ -266,9 +269,14 @@ class Harness:
         run = {}
         with ctx as held:
             wait = held.wait_s if held else 0.0
-            run.update(lock_path=held.path if held else None, lock_wait_s=wait, lock_acquired_at=time.time())
+            run.update(lock_path=held.path if held else None, lock_wait_s=wait, lock_acquired_at=time.time(),
+                       runner=(f"rpc://{self.rpc.host}:{self.rpc.port}/{self.rpc.key}" if self.rpc else "local"))
             for it in items:
                 it.result.lock_wait_s, it.result.run = wait, run
+            if self.rpc is not None:  # TVM kernels run on the servers; Python ones (PyTorch) stay here
+                self._run_remote([it for it in todo if it.slot == "tvm"], refs, repeat, min_repeat_ms, timeout_s,
+                                 verify, say)
+                todo = [it for it in todo if it.slot != "tvm"]
             before = _cpu_snapshot(self.kernels)
             for it in todo:
                 self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
@@ -363,8 +371,29 @@ class Harness:
         r.worker["build_tensor_intrin"] = out.get("tensor_intrin")
         it.spec = {"kind": "tvm", "path": out["path"]}
 
+    def _run_remote(self, todo: list[_Item], refs: dict, repeat: int, min_repeat_ms: float, timeout_s: float,
+                    verify: bool, say) -> None:
+        from tensorlang.bench.rpc import RemoteJob, RPCRunner
+        jobs = [RemoteJob(it.spec["path"], it.spec["inputs"], it.spec["outputs"]) for it in todo]
+        RPCRunner(self.rpc).run(jobs, repeat, min_repeat_ms, timeout_s, say)
+        for it, job in zip(todo, jobs):
+            r = it.result
+            r.worker["server"] = job.server
+            r.load_s = job.load_s
+            if job.status != OK:
+                r.status, r.message = (CRASH if job.status == "crash" else ERROR), job.message
+                continue
+            if verify:
+                self._verify(it, job.outputs_got, refs.get(id(it.op)), say)
+            if r.status == OK:
+                r.times_s = job.times_s
+            if it.spec.get("path") and not it.spec.get("keep"):
+                try:
+                    os.unlink(it.spec["path"])
+                except OSError:
+                    pass
+
     def _check(self, it: _Item, ref: dict | None, timeout_s: float, verify: bool, say) -> None:
-        from tensorlang import interp
         r = it.result
         try:
             got = self.kernels.load(it.slot, it.key, dict(it.spec, return_outputs=verify, run=True), timeout_s)
@@ -381,11 +410,16 @@ class Harness:
         if runner is not None:
             r.worker["runner_pid"] = runner.info.get("pid")
             r.worker["runner_tensor_intrin"] = runner.info.get("tensor_intrin")
-        if not verify:
-            return
+        if verify:
+            self._verify(it, got["outputs"], ref, say)
+
+    @staticmethod
+    def _verify(it: _Item, outputs: dict, ref: dict, say) -> None:
+        from tensorlang import interp
+        r = it.result
         worst_abs, worst_rel, ok = 0.0, 0.0, True
         for t in it.op.outputs:
-            out = got["outputs"].get(t.name)
+            out = outputs.get(t.name)
             if out is None or tuple(out.shape) != tuple(t.shape):
                 r.status, r.message = WRONG, f"output {t.name} missing or of the wrong shape"
                 return

@@ -93,8 +93,10 @@ def candidates_for(space, task_key: str, count: int):
 
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 8, repeat: int = 5, timeout_s: float = 30.0,
-            log=print) -> dict:
-    """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable."""
+            rpc=None, log=print) -> dict:
+    """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
+    `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
+    machine is the servers' key; each record names the server that measured it."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.parser.printer import format_stmt
@@ -105,11 +107,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     deadline = start + budget_min * 60 if budget_min else None
     trials = trials or 1 << 30
     writer = Writer(out_dir)
-    machine = machine_id()
+    machine = f"rpc:{rpc.key}" if rpc else machine_id()
     tasks = find_tasks(paths)
     written = skipped = 0
     log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
-    with Harness() as harness:
+    with Harness(rpc=rpc) as harness:
         for n, task in enumerate(tasks):
             if deadline and time.time() > deadline:
                 break
@@ -150,6 +152,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                         "sentence": " ".join(sentence), "versions": S.version_tokens(),
                         "schedule": "\n".join(format_stmt(s) for s in point.stmts),
                         "status": res.status, "message": res.message[:300],
+                        "server": res.worker.get("server") or "local",
                         "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s,
                         "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
                         "time": round(time.time(), 3),
@@ -199,8 +202,13 @@ def best_k(dirs: list[str | Path], task_file: str, op: str, target: str, k: int 
 
 
 def main_collect(args) -> int:
+    rpc = None
+    if args.rpc:
+        from tensorlang.bench.rpc import RPCConfig
+        rpc = RPCConfig.parse(args.rpc, sessions=args.rpc_sessions)
     summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
-                      batch=args.batch, repeat=args.repeat, log=lambda m: print(m, file=sys.stderr, flush=True))
+                      batch=args.batch, repeat=args.repeat, rpc=rpc,
+                      log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"collect: {summary}")
     return 0
 
