@@ -419,6 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--rpc", metavar="HOST:PORT:KEY",
                     help="time the kernels on the TVM RPC servers registered with this tracker under KEY")
     co.add_argument("--rpc-sessions", type=int, default=1, help="servers to measure on in parallel")
+    co.add_argument("--metaschedule", type=int, default=0, metavar="N",
+                    help="also run MetaSchedule's evolutionary search (N trials) per task and measure its 8 best")
     co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
 
     pt = sub.add_parser("pretrain", help="sample unmeasured tensor sentences per task (the pre-training corpus)")

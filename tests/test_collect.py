@@ -90,3 +90,24 @@ def test_data_stats_json_keys(tmp_path):
                           str(tmp_path), "--pretrain", str(tmp_path)], capture_output=True, text=True, timeout=120)
     data = json.loads(out.stdout)
     assert {"tasks", "measured_records", "pretrain_sentences"} <= set(data)
+
+
+def test_collect_measures_metaschedule_candidates_once(tmp_path):
+    """--metaschedule N: MetaSchedule's best schedules are located in the space, measured and recorded;
+    a rerun neither searches again nor measures anything twice."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "rowsum.tsched").write_text("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
+                                         "    S[i] += X[i, k]\n}\n")
+    out = tmp_path / "measured"
+    cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "1",
+           "--repeat", "2", "--metaschedule", "4", "-o", str(out)]
+    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    records = list(dataset.read(out))
+    ms = [x for x in records if x["policy"] == "metaschedule:4"]
+    assert ms and all(x["status"] == "ok" for x in ms)
+    assert len({x["key"] for x in records}) == len(records)
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert "MetaSchedule" not in again.stderr and "'written': 0" in again.stdout

@@ -70,10 +70,19 @@ def builder(artifact_dir: str, max_workers: int, timeout_s: float = 30.0):
 
 def tune(mod, tvm_target, kind: str, trials: int, seed: int = 0, num_threads: int | None = None,
          trials_per_iter: int = 64, build_timeout_s: float = 30, run_timeout_s: float = 30):
-    """Run MetaSchedule; the best `tvm.s_tir.Schedule` found (None if no trial succeeded).
+    """Run MetaSchedule; the best `tvm.s_tir.Schedule` found (None if no trial succeeded)."""
+    best = tune_records(mod, tvm_target, kind, trials, 1, seed, num_threads, trials_per_iter, build_timeout_s,
+                        run_timeout_s)
+    return best[0][0] if best else None
+
+
+def tune_records(mod, tvm_target, kind: str, trials: int, top: int, seed: int = 0, num_threads: int | None = None,
+                 trials_per_iter: int = 64, build_timeout_s: float = 30, run_timeout_s: float = 30) -> list:
+    """Run MetaSchedule; its `top` fastest distinct schedules as [(tvm.s_tir.Schedule, mean run seconds)].
 
     The work dir (artifacts, log) is a temporary folder, removed at the end; TENSORLANG_MS_LOG=PATH keeps
     the tuning log."""
+    from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
     from tensorlang.lower.targets import host_cores
@@ -90,7 +99,14 @@ def tune(mod, tvm_target, kind: str, trials: int, seed: int = 0, num_threads: in
                 builder=builder(work_dir, num_threads, build_timeout_s),
                 runner=ms.runner.LocalRunner(timeout_sec=run_timeout_s), database=database,
                 cost_model=ms.CostModel.create("xgb", num_tuning_cores=num_threads), task_scheduler="gradient")
-            return database.query_schedule(ctx.mod, tvm_target, workload_name="main")
+            out = []
+            for rec in database.get_top_k(database.commit_workload(ctx.mod), top):
+                sch = s_tir.Schedule(ctx.mod)
+                with tvm_target:
+                    rec.trace.apply_to_schedule(sch, remove_postproc=False)
+                secs = [float(x) for x in rec.run_secs or []]
+                out.append((sch, sum(secs) / len(secs) if secs else None))
+            return out
         finally:
             logger.removeHandler(handler)
             handler.close()

@@ -91,9 +91,53 @@ def candidates_for(space, task_key: str, count: int):
     return out[:count]
 
 
+def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) -> list:
+    """MetaSchedule's evolutionary search (`trials` measured trials, under the measurement lock: it
+    times kernels) -> its `top` fastest schedules, each located in our space as a point. A schedule
+    that is not found in the space is reported and left out (the tests say MetaSchedule's best are in it)."""
+    from tensorlang.baselines.metaschedule import tune_records
+    from tensorlang.bench.lock import measure_lock
+    from tensorlang.space import metaschedule as msx
+    from tensorlang.space.convert import ConversionError, trace_to_statements
+    from tensorlang.space.membership import locate
+    with measure_lock():
+        found = tune_records(space.mod, space.tvm_target, msx.rule_kind(space.target), trials, top, seed=seed)
+    out, missing = [], 0
+    for sch, _ in found:
+        try:
+            stmts, _ = trace_to_statements(sch.trace, space.mod, space.op)
+        except ConversionError:
+            stmts = None
+        m = locate(space, sch.mod, sch.trace, stmts)
+        if m.inside:  # replayed again for its statements (locate's replays skip the conversion)
+            point = space.replay(m.point.sketch, lambda _, made, d=m.point.decisions: d[len(made)])
+            out.append((f"metaschedule:{trials}", point))
+        else:
+            missing += 1
+    if missing:
+        log(f"    {missing} of MetaSchedule's {len(found)} best schedules not located in the space; left out")
+    return out
+
+
+class _Done:
+    """Task keys whose MetaSchedule search is finished (its candidates are in `pending` from then on):
+    an append-only file next to the shards, so a rerun does not search again."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.keys = set(path.read_text().split()) if path.exists() else set()
+
+    def add(self, key: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(key + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.keys.add(key)
+
+
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 8, repeat: int = 5, timeout_s: float = 30.0,
-            rpc=None, log=print) -> dict:
+            rpc=None, ms_trials: int = 0, ms_top: int = 8, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it."""
@@ -109,6 +153,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     writer = Writer(out_dir)
     machine = f"rpc:{rpc.key}" if rpc else machine_id()
     tasks = find_tasks(paths)
+    ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
     written = skipped = 0
     log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
     with Harness(rpc=rpc) as harness:
@@ -124,9 +169,17 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
             pending = []
-            for policy, point in candidates_for(space, tkey, trials):
+            cands = candidates_for(space, tkey, trials)
+            ms_key = f"{tkey}|{target}|{machine}"
+            if ms_done is not None and ms_key not in ms_done.keys:
+                log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
+                try:
+                    cands += metaschedule_candidates(space, ms_trials, ms_top, int(tkey, 16) % (1 << 31), log)
+                except Exception as e:  # TVM failing on one task must not stop the collection
+                    log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
+            for policy, point in cands:
                 key = hashlib.sha256(f"{tkey}|{target}|{machine}|{point.sketch}|{point.decisions}".encode()).hexdigest()
-                if key in writer.keys:
+                if key in writer.keys or any(key == k for k, _, _ in pending):
                     skipped += 1
                     continue
                 pending.append((key, policy, point))
@@ -136,11 +189,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 yield_to_measurements()
                 chunk = pending[i:i + batch]
                 # The schedule travels as .tsched text: the build workers apply it like any written schedule.
-                cands = [Candidate(f"{policy}#{j}", task.text, target,
-                                   "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
-                         for j, (_, policy, point) in enumerate(chunk)]
+                measured = [Candidate(f"{policy}#{j}", task.text, target,
+                                      "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
+                            for j, (_, policy, point) in enumerate(chunk)]
                 load_before = os.getloadavg()[0]
-                results = harness.measure(cands, repeat=repeat, timeout_s=timeout_s)
+                results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s)
                 load_after = os.getloadavg()[0]
                 for (key, policy, point), res in zip(chunk, results):
                     sentence = S.encode(space, point)
@@ -161,6 +214,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 best = min((r.median_s for r in results if r.ok), default=None)
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
                     + (f", best of batch {best * 1e3:.3f} ms" if best else ""))
+            else:
+                if ms_done is not None and ms_key not in ms_done.keys:
+                    ms_done.add(ms_key)  # every candidate of the search is recorded
     writer.close(compress_open=True)  # a clean finish leaves only compressed shards
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
 
@@ -207,7 +263,7 @@ def main_collect(args) -> int:
         from tensorlang.bench.rpc import RPCConfig
         rpc = RPCConfig.parse(args.rpc, sessions=args.rpc_sessions)
     summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
-                      batch=args.batch, repeat=args.repeat, rpc=rpc,
+                      batch=args.batch, repeat=args.repeat, rpc=rpc, ms_trials=args.metaschedule,
                       log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"collect: {summary}")
     return 0
