@@ -56,16 +56,80 @@ def test_samples_are_legal_and_correct_with_no_rejections(file, op, target):
         assert r.ok, (p.decisions, r)
 
 
-def test_gpu_samples_lower_to_kernels():
+GPU_OPS = [(f, o, "cuda") for f, o, _ in CPU_OPS]
+
+
+def gpu_space_of(file, op):
+    doc = api.load(EX / f"{file}.tsched")
+    target = api.resolve_target(doc, "cuda")
+    return doc, Space(doc.model.ops[op], doc.primfunc(op), target)
+
+
+@pytest.mark.parametrize("file,op,target", GPU_OPS, ids=[f"{o}-cuda" for _, o, _ in GPU_OPS])
+def test_gpu_samples_never_rejected_and_lower_to_kernels(file, op, target):
+    """The joint GPU limits (threads 32..1024, vthreads, shared memory with pipeline copies) are in
+    the domains: uniform sampling meets no VerifyGPUCode refusal, and every sample lowers."""
     from tensorlang.lower.build import emit
-    doc, space = space_of("matmul", "matmul", "h200")
-    points, rejections = space.sample(3, seed=2)
-    assert len(points) == 3
-    for p in points:
-        applied = reapply(doc, "matmul", "h200", p.stmts)
-        assert applied.ok, applied.diags
-        src = emit(applied.sch.mod, space.tvm_target, "cuda", True)
-        assert "__global__" in src
+    doc, space = gpu_space_of(file, op)
+    assert all(m is not None for m in space.gpu_models)  # every sketch of the examples is modelled
+    points, rejections = space.sample(4, seed=5)
+    assert rejections == 0 and len(points) == 4
+    p = points[0]
+    applied = reapply(doc, op, "cuda", p.stmts)  # the text, through the checker (GPU checks included)
+    assert applied.ok, applied.diags
+    assert "__global__" in emit(applied.sch.mod, space.tvm_target, "cuda", True)
+
+
+@pytest.mark.parametrize("file,op", [("matmul", "matmul"), ("conv2d", "conv2d"), ("auto", "attention_scores")])
+def test_gpu_model_agrees_with_verify_gpu_code(file, op):
+    """On points drawn from the unrestricted domains (most of them illegal) and from the restricted ones
+    (all legal), the model's verdict is
+    VerifyGPUCode's plus the target's vthread limit. (MetaSchedule passes max_vthread=8 to VerifyGPUCode,
+    but it checks it after InjectVirtualThread has removed the vthreads; our checker, TS402, and so the
+    space, keep the limit.)"""
+    import random
+    from tvm import s_tir
+
+    from tensorlang.lower.gpu import kernel_usage
+    doc, space = gpu_space_of(file, op)
+    verify = [p for p in space.postprocs if type(p).__name__ == "VerifyGPUCode"][0]
+    others = [p for p in space.postprocs if p is not verify]
+    rng = random.Random(3)
+    verdicts = set()
+    for n in range(24):
+        sketch = n % len(space.sketches)
+        model = space.gpu_models[sketch]
+        sch, made = space._apply(sketch, lambda point, _: rng.choice(point.domain), model if n % 3 == 0 else None)
+        with space.ctx.target:
+            assert all(p.apply(sch) for p in others)
+            legal = verify.apply(s_tir.Schedule(sch.mod)) and kernel_usage(sch.mod["main"])["vthreads"] <= 8
+        values = {d: v for d, v in enumerate(made) if d in model.tile_extents}
+        assert model.feasible(values) == legal, (sketch, made)
+        verdicts.add(legal)
+    assert verdicts == {True, False}  # both kinds were met
+
+
+def test_gpu_domains_are_exact_against_enumeration():
+    """A tile value is kept iff some completion of the remaining tiles fits: checked by enumerating
+    every completion (the model's own figures, which the test above ties to VerifyGPUCode)."""
+    from itertools import product
+    doc = api.load_text("target g = cuda(arch = \"sm_90\")\nop mm(A: f32[64, 16], B: f32[16, 64]) -> C: f32[64, 64] {\n"
+                        "    C[i, j] += A[i, k] * B[k, j]\n}\n")
+    space = Space(doc.model.ops["mm"], doc.primfunc("mm"), doc.model.targets["g"])
+    model = space.gpu_models[0]
+    (group,) = model.groups
+    tiles = sorted(group.decisions)
+    domains = {d: factorizations(*model.tile_extents[d][:2], model.tile_extents[d][2]) for d in tiles}
+
+    def fits(values):
+        t, v, sh = model.usage(group, values)
+        return group.low <= t <= group.high and v <= model.max_vthread and sh <= model.max_shared
+
+    first, rest = tiles[0], tiles[1:]
+    kept = set(model.restrict(first, domains[first], ()))
+    brute = {a for a in domains[first]
+             if any(fits({first: a, **dict(zip(rest, c))}) for c in product(*(domains[d] for d in rest)))}
+    assert kept == brute and 0 < len(kept) < len(domains[first])
 
 
 def test_count_matches_full_enumeration_on_a_small_operator():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -113,26 +113,23 @@ class Space:
         self.ctx = msx.tune_context(mod, self.tvm_target, msx.rule_kind(target_model), seed)
         self.sketches = [s.trace for s in self.ctx.generate_design_space()]
         self.postprocs = msx.postprocs_of(self.ctx)
+        # GPU: per sketch, the limits that bind several tile decisions at once (None: not modelled)
+        self.gpu_models: list = [self._gpu_model(k) for k in range(len(self.sketches))] if target_model.is_gpu \
+            else [None] * len(self.sketches)
+
+    def _gpu_model(self, sketch: int):
+        from tensorlang.space import gpu_model
+        try:
+            sch, _ = self._apply(sketch, lambda point, made: point.domain[0])
+            return gpu_model.build(self.sketches[sketch], self.mod, self.tvm_target, sch.mod)
+        except gpu_model.Unmodelled:
+            return None
 
     # ------------------------------------------------------------ replay
     def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True) -> Point:
         """Replay a sketch, asking `choose(point, decisions so far)` for each decision."""
-        from tvm import s_tir
-        sch = s_tir.Schedule(self.mod)
-        made: list = []
-
-        def provider(inst, inputs, attrs, decision):
-            point = self.decision_point(sch, inst, inputs, attrs)
-            if point is None:
-                return decision
-            value = choose(point, tuple(made))
-            if value not in point.domain:
-                raise ValueError(f"{value!r} is not in the domain of {point.subject}")
-            made.append(value)
-            return list(value) if point.kind == TILE else value
-
+        sch, made = self._apply(sketch, choose, self.gpu_models[sketch])
         with self.ctx.target:
-            self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
             for p in self.postprocs:
                 if not p.apply(sch):
                     raise Infeasible(f"{type(p).__name__} rejected sketch {sketch} with {tuple(made)}")
@@ -141,6 +138,28 @@ class Space:
             from tensorlang.space.convert import trace_to_statements
             point.stmts, _ = trace_to_statements(sch.trace, self.mod, self.op)
         return point
+
+    def _apply(self, sketch: int, choose, gpu=None):
+        """The sketch's instructions with `choose`'s decisions, before the postprocessors: (schedule, decisions)."""
+        from tvm import s_tir
+        sch = s_tir.Schedule(self.mod)
+        made: list = []
+
+        def provider(inst, inputs, attrs, decision):
+            point = self.decision_point(sch, inst, inputs, attrs)
+            if point is None:
+                return decision
+            if gpu is not None and point.kind == TILE:
+                point = replace(point, domain=gpu.restrict(len(made), point.domain, tuple(made)))
+            value = choose(point, tuple(made))
+            if value not in point.domain:
+                raise ValueError(f"{value!r} is not in the domain of {point.subject}")
+            made.append(value)
+            return list(value) if point.kind == TILE else value
+
+        with self.ctx.target:
+            self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
+        return sch, made
 
     def decision_point(self, sch, inst, inputs, attrs) -> DecisionPoint | None:
         kind = inst.kind.name
