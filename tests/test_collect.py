@@ -111,3 +111,28 @@ def test_collect_measures_metaschedule_candidates_once(tmp_path):
     assert len({x["key"] for x in records}) == len(records)
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert "MetaSchedule" not in again.stderr and "'written': 0" in again.stdout
+
+
+def test_pretrain_sentences_decode_to_legal_points_and_grow_on_rerun(tmp_path):
+    """The corpus is sampled without the postprocessors (speed); every sentence must still decode to a
+    point that the full replay -- postprocessors included -- accepts, and a rerun with a larger
+    per-task count only adds."""
+    from tensorlang import api
+    from tensorlang.data.collect import pretrain
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Space
+    task = tmp_path / "mm.tsched"
+    task.write_text("target cpu = llvm(cores = 1)\ntarget gpu = cuda(arch = \"sm_90\")\n\n"
+                    "op mm(A: f32[64, 32], B: f32[32, 64]) -> C: f32[64, 64] {\n    C[i, j] += A[i, k] * B[k, j]\n}\n")
+    for target in ("cpu", "gpu"):
+        out = tmp_path / target
+        assert pretrain([str(task)], target, out, per_task=12, log=lambda m: None)["written"] == 12
+        assert pretrain([str(task)], target, out, per_task=20, log=lambda m: None) == {"written": 8, "total": 20}
+        records = list(dataset.read(out))
+        assert len({r["key"] for r in records}) == 20
+        doc = api.load(task)
+        space = Space(doc.model.ops["mm"], doc.primfunc("mm"), doc.model.targets[target])
+        for r in records[:6]:
+            sketch, decisions = S.decode(space, r["sentence"].split())
+            point = space.replay(sketch, lambda _, made, d=decisions: d[len(made)])  # raises if refused
+            assert point.decisions == decisions

@@ -270,24 +270,33 @@ def main_collect(args) -> int:
 
 
 def pretrain(paths: list[str], target: str, out_dir: str | Path, per_task: int, seed: int = 0, log=print) -> dict:
-    """Unmeasured sentences sampled from the space of each task: the pre-training corpus. Resumable."""
+    """Unmeasured sentences sampled from the space of each task: the pre-training corpus. Resumable:
+    a task's sentences are drawn in a fixed order (seeded by the task), and a rerun skips, by key,
+    those already written -- so rerunning with a larger `per_task` or another `seed` grows the corpus."""
     from tensorlang import api
     from tensorlang.space import sentence as S
-    from tensorlang.space.space import Space
+    from tensorlang.space.space import Point, Space
     writer = Writer(out_dir, shard_records=20000)
     written = 0
-    for task in find_tasks(paths):
+    tasks = find_tasks(paths)
+    start = time.time()
+    for n, task in enumerate(tasks):
         doc = api.load_text(task.text, task.file)
-        tgt = doc.model.targets.get(target)
+        tgt = api.resolve_target(doc, target)
         if tgt is None:
             continue
         space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
         tkey = task_hash(space)
-        points, _ = space.sample(per_task, seed=seed + int(tkey, 16) % (1 << 31))
-        for p in points:
-            key = hashlib.sha256(f"{tkey}|{target}|{p.sketch}|{p.decisions}".encode()).hexdigest()
-            written += writer.append({"key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
-                                      "target": target, "sentence": " ".join(S.encode(space, p))})
-        log(f"  {task.label}: {len(points)} sentences")
+        new = 0
+        for sketch, decisions, kinds in space.sample_decisions(per_task, seed=seed + int(tkey, 16) % (1 << 31)):
+            key = hashlib.sha256(f"{tkey}|{target}|{sketch}|{decisions}".encode()).hexdigest()
+            if key in writer.keys:
+                continue
+            sentence = S.encode(space, Point(sketch, decisions), list(kinds))
+            new += writer.append({"key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
+                                  "target": target, "sentence": " ".join(sentence)})
+        written += new
+        rate = written / max(time.time() - start, 1e-9)
+        log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{new} sentences ({len(writer.keys)} in all, {rate:.0f}/s)")
     writer.close(compress_open=True)
-    return {"written": written}
+    return {"written": written, "total": len(writer.keys)}

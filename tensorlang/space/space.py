@@ -221,6 +221,36 @@ class Space:
             points.append(p)
         return points, rejections
 
+    def sample_decisions(self, n: int, seed: int = 0) -> list[tuple[int, tuple, tuple]]:
+        """n distinct (sketch, decisions, kinds), drawn as `sample` draws them but without the
+        postprocessors and the conversion to statements: for the pre-training corpus, which keeps only
+        the sentence (5-50x faster). Sound because no postprocessor refuses a point whose limits are in
+        its domains: on CPU none ever does (the tests count zero rejections), on GPU a modelled sketch
+        has its limits in the domains; a GPU sketch without a model is replayed in full."""
+        rng = random.Random(seed)
+        seen, out = set(), []
+        attempts = 0
+        while len(out) < n and attempts < 50 * n + 100:
+            attempts += 1
+            sketch = rng.randrange(len(self.sketches))
+            kinds: list = []
+
+            def choose(point, prefix):
+                kinds.append(point.kind)
+                return rng.choice(point.domain)
+            if self.target.is_gpu and self.gpu_models[sketch] is None:
+                try:
+                    made = self.replay(sketch, choose, convert=False).decisions
+                except Infeasible:
+                    continue
+            else:
+                _, made = self._apply(sketch, choose, self.gpu_models[sketch])
+            key = (sketch, tuple(made))
+            if key not in seen:
+                seen.add(key)
+                out.append((sketch, tuple(made), tuple(kinds)))
+        return out
+
     # ------------------------------------------------------------- counting
     def count(self, limit: int = 20000) -> tuple[int, bool]:
         """(size of the space, exact?). Exact by enumeration when the bound is at most `limit`,
