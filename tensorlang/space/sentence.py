@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import tvm_ffi  # noqa: F401  (cheap; TVM itself is imported by the space)
@@ -207,8 +208,11 @@ def decode(space: Space, tokens: list[str]) -> tuple[int, tuple]:
 class NextTokens:
     """The legal next tokens of the schedule part of a sentence, one token at a time.
 
-    The sketch is replayed in a background thread that stops at each decision until it is made,
-    so a step costs only the instructions between two decisions.
+    The sketch is replayed in a background thread that stops at each decision until it is made.
+    A decision whose domain cannot depend on the ones before it (Space.static_points: categoricals,
+    tiles of untouched loops -- narrowed by the GPU limits where the target has them) is answered
+    at once from the sketch's table; only compute-at sites and the end of the sentence (the
+    postprocessors' verdict) hand the decisions made so far to the replay and wait for it.
     """
 
     def __init__(self, space: Space):
@@ -224,6 +228,10 @@ class NextTokens:
         self._from_replay: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._big: list[str] | None = None  # digits of a NUM> ... <NUM being read
+        self._static: list = []  # per decision index: its DecisionPoint when static, else None
+        self._received = 0  # decision messages read from the replay thread
+        self._fed = 0  # decisions handed to the replay thread
+        self._ended = False  # the replay has finished (or failed)
 
     # -- the replay thread
     def _run(self, sketch: int):
@@ -242,15 +250,47 @@ class NextTokens:
             self._from_replay.put(("error", e))
 
     def _advance(self):
-        kind, payload = self._from_replay.get()
-        if kind == "decision":
-            self._point = payload
-            self._state = "MARK"
-        elif kind == "end":
+        """Move to the next decision: from the static table when it is there, else from the replay."""
+        k = len(self.decisions)
+        static = self._static[k] if k < len(self._static) else None
+        if static is not None:
+            gpu = self.space.gpu_models[self.sketch]
+            if gpu is not None and static.kind == TILE:
+                static = replace(static, domain=gpu.restrict(k, static.domain, tuple(self.decisions)))
+            self._point, self._state = static, "MARK"
+            return
+        if k == len(self._static) and self.space.refusal_free(self.sketch):
+            # every decision made: the point is legal (no postprocessor refuses a point of this sketch
+            # whose decisions are in their domains); `finish` replays it when the schedule is wanted
             self._point, self._state = None, "EOS"
-        else:
-            self._point, self._state = None, "ERROR"
-            self.error = payload
+            return
+        self._drain(k)
+
+    def _drain(self, k: int) -> None:
+        """Hand the decisions made so far to the replay and read its messages up to decision k (or its
+        end). The replay starts at the first such need, and gets the decisions only then, in one go:
+        left running beside the static steps it would hold the GIL for up to a switch interval (5 ms)
+        at every step."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, args=(self.sketch,), daemon=True)
+            self._thread.start()
+        for value in self.decisions[self._fed:]:
+            self._to_replay.put(value)
+        self._fed = len(self.decisions)
+        while True:  # read the replay's messages up to this decision (or its end)
+            kind, payload = self._from_replay.get()
+            if kind == "decision":
+                self._received += 1
+                if self._received == k + 1:
+                    self._point, self._state = payload, "MARK"
+                    return
+            elif kind == "end":
+                self._point, self._state, self._ended = None, "EOS", True
+                return
+            else:
+                self._point, self._state, self._ended = None, "ERROR", True
+                self.error = payload
+                return
 
     # -- the API
     def allowed(self) -> set[str]:
@@ -295,8 +335,7 @@ class NextTokens:
             self.sketch = int(tok)
             self._state = "DECISIONS"
         elif s == "DECISIONS":
-            self._thread = threading.Thread(target=self._run, args=(self.sketch,), daemon=True)
-            self._thread.start()
+            self._static = self.space.static_points(self.sketch)
             self._advance()
         elif s == "MARK":
             self._state, self._partial = "VALUE", []
@@ -325,8 +364,17 @@ class NextTokens:
         else:
             decided = value
         self.decisions.append(decided)
-        self._to_replay.put(decided)
         self._advance()
+
+    def finish(self) -> None:
+        """After EOS: complete the replay (postprocessors included); raises what it raised."""
+        if not self.done:
+            raise SentenceError("the sentence is not finished")
+        if not self._ended:
+            self._drain(len(self.decisions) + 1)
+            if self._state == "ERROR":
+                raise self.error
+            self._state = "DONE"
 
     def close(self):
         if self._thread is not None and self._thread.is_alive():

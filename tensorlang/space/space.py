@@ -92,6 +92,75 @@ def _loops_below(loop):
             yield node
 
 
+def _static_decisions(trace, mod) -> set[int]:
+    """The indices of a trace's decisions whose domains do not depend on earlier decisions."""
+    from tensorlang.lower import tir
+    original = {r.block.name_hint for r, _ in tir.block_realizes(mod["main"].body)}
+    names: dict = {}  # SBlockRV -> block name (None: a block the sketch made)
+    fresh: dict = {}  # LoopRV -> True if it was got from an untouched original block
+    touched: set = set()
+    static, k = set(), -1
+    for inst in trace.insts:
+        kind, ins, outs = inst.kind.name, list(inst.inputs), list(inst.outputs)
+        if kind == "EnterPostproc":
+            break
+        if kind == "GetSBlock":
+            names[outs[0]] = str(inst.attrs[0])
+        elif kind == "GetLoops":
+            ok = names.get(ins[0]) in original and names.get(ins[0]) not in touched
+            for rv in outs:
+                fresh[rv] = ok
+        elif kind in ("ComputeAt", "ReverseComputeAt", "Blockize", "DecomposeReduction", "RFactor",
+                      "TransformLayout", "Tensorize", "PadEinsum"):
+            touched.add(names.get(ins[0]))
+            if kind == "RFactor":  # the loops of the reduction block change
+                touched.update(names.values())
+        elif kind in ("Split", "Fuse", "Reorder", "AddUnitLoop"):
+            for rv in ins:
+                if rv in fresh:
+                    fresh[rv] = False
+        if kind in ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation"):
+            k += 1
+            if kind == "SampleCategorical" or (kind == "SamplePerfectTile" and fresh.get(ins[0], False)):
+                static.add(k)
+    return static
+
+
+def _int(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _loop_iter_type(loop) -> str:
+    """TVM's GetLoopIterType: how the blocks directly under `loop` use its variable."""
+    from tvm import s_tir
+
+    from tensorlang.lower import tir
+    spatial = reduce = other = 0
+    stack = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, s_tir.SBlockRealize):  # a block's own body is not looked into
+            for iv, value in zip(node.block.iter_vars, node.iter_values):
+                if tir.uses_var(value, loop.loop_var):
+                    t = int(iv.iter_type)
+                    if t == 0:
+                        spatial += 1
+                    elif t == 2:
+                        reduce += 1
+                    else:
+                        other += 1
+            continue
+        stack.extend(tir.children(node))
+    if other or (spatial and reduce):
+        return "opaque"
+    if reduce:
+        return "reduce"
+    return "datapar" if tir.loop_kind(loop) == "serial" else "annotated"
+
+
 @lru_cache(maxsize=4096)
 def factorizations(extent: int, n: int, max_innermost: int = 0) -> tuple[tuple[int, ...], ...]:
     """Every ordered tuple of n positive factors whose product is `extent`."""
@@ -116,6 +185,26 @@ class Space:
         # GPU: per sketch, the limits that bind several tile decisions at once (None: not modelled)
         self.gpu_models: list = [self._gpu_model(k) for k in range(len(self.sketches))] if target_model.is_gpu \
             else [None] * len(self.sketches)
+
+    def static_points(self, sketch: int) -> list:
+        """Per decision index of a sketch, its DecisionPoint when the domain cannot depend on the
+        decisions before it, else None. Categoricals are static (their candidates are in the trace); a
+        tile is static when its loop comes from GetLoops on an original block that nothing has moved or
+        re-tiled yet (its extent is the unscheduled loop's). Compute-at sites are never static. The GPU
+        limits still narrow static tiles by the decisions made (`gpu_models`). NextTokens answers static
+        steps from here without waiting for the replay."""
+        cache = self.__dict__.setdefault("_static", {})
+        if sketch not in cache:
+            recorded: list = []
+            self._apply(sketch, lambda point, made: (recorded.append(point), point.domain[0])[1])
+            static = _static_decisions(self.sketches[sketch], self.mod)
+            cache[sketch] = [p if k in static else None for k, p in enumerate(recorded)]
+        return cache[sketch]
+
+    def refusal_free(self, sketch: int) -> bool:
+        """No postprocessor refuses a point of this sketch whose decisions are in their domains: on CPU
+        none does (the tests count zero rejections), on GPU the modelled sketches carry the limits."""
+        return not self.target.is_gpu or self.gpu_models[sketch] is not None
 
     def _gpu_model(self, sketch: int):
         from tensorlang.space import gpu_model
@@ -142,7 +231,8 @@ class Space:
     def _apply(self, sketch: int, choose, gpu=None):
         """The sketch's instructions with `choose`'s decisions, before the postprocessors: (schedule, decisions)."""
         from tvm import s_tir
-        sch = s_tir.Schedule(self.mod)
+        # "fast" errors: the location probes meet many refusals, and rendering each in detail costs 0.3 ms
+        sch = s_tir.Schedule(self.mod, error_render_level="fast")
         made: list = []
 
         def provider(inst, inputs, attrs, decision):
@@ -186,15 +276,56 @@ class Space:
 
     @staticmethod
     def location_domain(sch, block) -> tuple[int, ...]:
+        """The sites SampleComputeLocation accepts for `block`, by TVM's own rules (CollectComputeLocation):
+        -2 if the block can be inlined, -1 (root), then the i-th loop of the first consumer for the loops
+        down to the consumers' lowest common ancestor -- skipping unit loops, stopping at a data-parallel
+        loop after a reduction one and before trailing reduction ones -- where compute_at is legal.
+        Each legality is asked of TVM once, on a copy of the schedule (TVM's sampler would redo the
+        whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad)."""
+        from tvm.s_tir import ScheduleError
+
+        def legal(action) -> bool:
+            try:
+                action(sch.copy())
+                return True
+            except (ScheduleError, RuntimeError, ValueError):
+                return False
+
+        out = [-2] if legal(lambda t: t.compute_inline(block)) else []
+        out.append(-1)
         consumers = sch.get_consumers(block)
-        n_loops = len(sch.get_loops(consumers[0])) if consumers else 0
-        legal = []
-        trial = sch.copy()  # sampling changes no IR: one copy serves every probe
-        for d in range(-2, n_loops):
-            trial.sample_compute_location(block, decision=d)
-            if int(trial.trace.get_decision(trial.trace.insts[-1])) == d:
-                legal.append(d)
-        return tuple(legal)
+        if not consumers:
+            return tuple(out)
+        loop_rvs = sch.get_loops(consumers[0])
+        loops = [sch.get(rv) for rv in loop_rvs]
+        if len(consumers) > 1:
+            n_common = len(loops)
+            for c in consumers[1:]:
+                others = [sch.get(rv) for rv in sch.get_loops(c)]
+                n = 0
+                while n < min(n_common, len(others)) and others[n].same_as(loops[n]):
+                    n += 1
+                n_common = n
+            n_candidates = n_common  # the LCA is the last common loop (none: the root block)
+        else:
+            parent = sch.get_sref(consumers[0]).parent
+            n_candidates = len(loops) if loops and parent is not None and parent.stmt.same_as(loops[-1]) else 0
+        kinds = [_loop_iter_type(loop) for loop in loops[:n_candidates]]
+        last_datapar = max((i for i, k in enumerate(kinds) if k == "datapar"), default=-1)
+        visited_reduce = False
+        for i in range(n_candidates):
+            if _int(loops[i].extent) == 1:
+                continue
+            if kinds[i] == "datapar":
+                if visited_reduce:
+                    break
+            else:
+                visited_reduce = True
+                if i > last_datapar:
+                    break
+            if legal(lambda t, rv=loop_rvs[i]: t.compute_at(block, rv, preserve_unit_loops=True)):
+                out.append(i)
+        return tuple(out)
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, seed: int = 0, max_rejections: int = 1000) -> tuple[list[Point], int]:
