@@ -655,8 +655,33 @@ schedule add on h200 {
     bind(i1, threadIdx.x)
 }
 """
-    d = expect_one(text, 7, 1, "TS402", "2048 threads")
-    assert "at most 1024 per block" in d.message
+    d, fix = expect_errors(text, [(7, 1, "TS402"), (8, 25, "TS402")])
+    assert "2048 threads" in d.message and "at most 1024 per block" in d.message
+    # the split that makes the thread loop gets the nearest legal factors, as a fix
+    assert "factor 1 (2048) is bound to threadIdx.x" in fix.message and "at most 1024" in fix.message
+    assert fix.suggestions == ("[4, 1024]", "[8, 512]", "[16, 256]")
+
+
+def test_ts402_thread_fix_keeps_the_other_axes_and_follows_fuse():
+    text = """target g = cuda(arch = "sm_90")
+
+op mm(A: f32[512, 512], B: f32[512, 512]) -> C: f32[512, 512] {
+    C[i, j] += A[i, k] * B[k, j]
+}
+
+schedule mm on g {
+    i0, i1 = split(C.i, [None, 64])
+    j0, j1 = split(C.j, [None, 32])
+    reorder(i0, j0, i1, j1)
+    b = fuse(i0, j0)
+    bind(b, blockIdx.x)
+    t = fuse(i1, j1)
+    bind(t, threadIdx.x)
+}
+"""
+    _, fi, fj = expect_errors(text, [(7, 1, "TS402"), (8, 25, "TS402"), (9, 25, "TS402")])
+    assert "at most 32" in fi.message and fi.suggestions == ("[None, 32]", "[None, 16]", "[None, 8]")
+    assert "at most 16" in fj.message and fj.suggestions == ("[None, 16]", "[None, 8]", "[None, 4]")
 
 
 def test_ts402_respects_a_declared_lower_limit():
@@ -672,8 +697,9 @@ schedule add on small {
     bind(i1, threadIdx.x)
 }
 """
-    d = expect_one(text, 7, 1, "TS402", "512 threads")
-    assert "at most 256 per block" in d.message
+    d, fix = expect_errors(text, [(7, 1, "TS402"), (8, 25, "TS402")])
+    assert "512 threads" in d.message and "at most 256 per block" in d.message
+    assert fix.suggestions == ("[16, 256]", "[32, 128]", "[64, 64]")
 
 
 # ============================================================ all at once

@@ -44,7 +44,7 @@ def check_gpu_schedule(sch, env, target_params: dict, span) -> list[Diagnostic]:
                     span) for name, loop in outside.items()]
     if diags:
         return diags
-    return check_gpu_limits(func, target_params, span)
+    return check_gpu_limits(func, target_params, span, env)
 
 
 def _lowered(func):
@@ -87,6 +87,63 @@ def kernel_usage(func) -> dict:
             "lowered": lowered}
 
 
+def _factor_fixes(func, env, family: str, used: int, limit: int, what: str) -> list[Diagnostic]:
+    """For each split statement one of whose outputs is bound to a `family` axis: an error at its
+    factors naming the largest value that axis can take there, with the nearest factor lists that
+    keep the block within the limit (the other factors unchanged where a None factor absorbs it)."""
+    if env is None:
+        return []
+    from tensorlang.lower.schedule import _list, divisors
+    out, seen = [], set()
+    for node, _ in tir.walk(func.body):
+        tag = tir.thread_tag(node) if hasattr(node, "loop_var") else None
+        if not tag or not tag.startswith(family):
+            continue
+        for name in env.components(node.loop_var.name):
+            origin = env.split_origins.get(name)
+            if origin is None or origin[0] in seen:
+                continue
+            fspan, factors, extent, i = origin
+            known = math.prod(f for f in factors if f is not None)
+            value = factors[i] if factors[i] is not None else -(-extent // known)
+            allowed = limit * value // used  # the most this factor can be with the rest unchanged
+            if allowed < 1 or allowed >= value:
+                continue
+            seen.add(fspan)
+            if None in factors and factors[i] is not None:
+                others = known // value
+                values = sorted((d for d in divisors(max(1, extent // others)) if d <= allowed),
+                                key=lambda d: abs(math.log(d) - math.log(value)))[:3] or [allowed]
+                fixes = [_list(factors[:i] + [d] + factors[i + 1:]) for d in values]
+            elif None not in factors:
+                fixes = _nearest_within(extent, factors, i, allowed)
+            else:
+                fixes = []
+            out.append(error("TS402", f"this split's factor {i} ({value}) is bound to {tag}: with the other "
+                                      f"loops unchanged it can be at most {allowed} for the block's {what} to fit "
+                                      f"in {limit}", fspan, fixes))
+    return out
+
+
+def _nearest_within(extent: int, factors: list[int], i: int, allowed: int, limit: int = 3) -> list[str]:
+    """Perfect factorizations of `extent` with factor i at most `allowed`, nearest to `factors`."""
+    from tensorlang.lower.schedule import _list, divisors
+    n, best = len(factors), []
+
+    def rec(prefix, rest):
+        if len(prefix) == n - 1:
+            cand = prefix + [rest]
+            if cand[i] <= allowed:
+                best.append((sum(abs(math.log(a) - math.log(b)) for a, b in zip(cand, factors)), cand))
+            return
+        for d in divisors(rest):
+            rec(prefix + [d], rest // d)
+
+    if n <= 4 and extent <= 1 << 16:
+        rec([], extent)
+    return [_list(c) for _, c in sorted(best)[:limit]]
+
+
 def _dtype_bytes(dtype) -> int:
     s = str(dtype)
     bits = int("".join(c for c in s if c.isdigit()) or 32)
@@ -97,7 +154,7 @@ def _dtype_bytes(dtype) -> int:
     return max(bits // 8, 1) * lanes
 
 
-def check_gpu_limits(func, target_params: dict, span) -> list[Diagnostic]:
+def check_gpu_limits(func, target_params: dict, span, env=None) -> list[Diagnostic]:
     limits = gpu_limits(target_params)
     arch = target_params.get("arch", "sm_90")
     use = kernel_usage(func)
@@ -107,8 +164,10 @@ def check_gpu_limits(func, target_params: dict, span) -> list[Diagnostic]:
                                     f"{limits['max_threads_per_block']} per block "
                                     f"({', '.join(f'{k}={v}' for k, v in use['extents'].items() if 'thread' in k)})",
                            span))
+        diags += _factor_fixes(func, env, "threadIdx", use["threads"], limits["max_threads_per_block"], "threads")
     if use["vthreads"] > limits["max_vthread"]:
         diags.append(error("TS402", f"{use['vthreads']} virtual threads; the limit is {limits['max_vthread']}", span))
+        diags += _factor_fixes(func, env, "vthread", use["vthreads"], limits["max_vthread"], "virtual threads")
     if use["shared_bytes"] > limits["max_shared_memory_per_block"]:
         diags.append(error("TS402", f"a block uses {use['shared_bytes']} bytes of shared memory; {arch} allows "
                                     f"{limits['max_shared_memory_per_block']} bytes of static shared memory per "

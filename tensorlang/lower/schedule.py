@@ -34,6 +34,15 @@ class NameEnv:
     loops: dict = field(default_factory=dict)  # name -> LoopRV
     gone: dict = field(default_factory=dict)  # name -> why it no longer exists
     op_stages: tuple = ()  # the op's stage models, for the source loop names (C.i, C.k)
+    # where loops came from, for fixes that name the statement to change (GPU limits):
+    split_origins: dict = field(default_factory=dict)  # loop var name -> (factors span, factors, extent, index)
+    fused: dict = field(default_factory=dict)  # loop var name -> the names of the loops fused into it
+
+    def components(self, name: str) -> list[str]:
+        """The split outputs a loop is made of (itself, or those fused into it, recursively)."""
+        if name not in self.fused:
+            return [name]
+        return [c for part in self.fused[name] for c in self.components(part)]
 
 
 @dataclass
@@ -207,14 +216,38 @@ def apply_stmt(sch, env: NameEnv, stmt: A.SchedStmt) -> list[Diagnostic]:
     if bound is None:
         raise StmtError(diags[0])
     before = {n: rv for n, rv in list(env.loops.items()) + list(env.stages.items()) if _valid(sch, rv)}
+    parts = _fuse_parts(sch, env, stmt, bound)
     result, extra = _dispatch(sch, env, stmt, bound)
     diags += extra
+    _record_origins(sch, env, stmt, bound, result, parts)
     _bind_results(sch, env, stmt, bound, result)
     # Remember why names stopped existing, for later "no longer exists" messages.
     for name, rv in before.items():
         if not _valid(sch, rv):
             env.gone[name] = f"line {stmt.span.line} ({stmt.prim}) removed it"
     return diags
+
+
+def _fuse_parts(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs) -> list[str]:
+    """The loop var names a fuse statement is about to replace (their RVs die with the fuse)."""
+    if stmt.prim != "fuse":
+        return []
+    try:
+        return [sch.get(resolve_loop(sch, env, r)).loop_var.name for r in bound.values["loops"]]
+    except StmtError:
+        return []  # the fuse itself reports it
+
+
+def _record_origins(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs, result, parts: list[str]) -> None:
+    if stmt.prim == "split" and result is not None:
+        arg = bound.values["factors"]
+        factors = [arg_text_value(f) for f in arg.items]
+        outs = [sch.get(rv) for rv in result]
+        extent = math.prod(tir.as_int(l.extent) or 1 for l in outs)
+        for i, loop in enumerate(outs):
+            env.split_origins[loop.loop_var.name] = (arg.span, factors, extent, i)
+    elif stmt.prim == "fuse" and result is not None and parts:
+        env.fused[sch.get(result).loop_var.name] = parts
 
 
 def _bind_results(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs, result):
