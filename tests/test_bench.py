@@ -285,3 +285,42 @@ def test_a_killed_harness_leaves_no_work_dir_behind():
     with Harness() as h:  # starts no process until it measures
         assert os.path.isdir(h.workdir) and not os.path.exists(stale)
     assert not os.path.exists(h.workdir)
+
+
+GATHERS = """
+target cpu = llvm(cores = 1)
+
+op take(X: f32[8, 4], I: i64[]) -> Y: f32[4] {
+    Y[j] = X[I[], j]
+}
+
+op index_via_copy(W: f32[16, 4], I: i64[1, 3]) -> Y: f32[3, 4] {
+    T: i64[3, 1]
+    T[a, b] = I[b, a]
+    Y[a, j] = W[T[a, 0], j]
+}
+
+op rms(X: f32[4, 8]) -> Y: f32[4, 8] {
+    S: f32[4]
+    S[i] += X[i, k]
+    Y[i, j] = X[i, j] * rsqrt(S[i] / 8.0)
+}
+"""
+
+
+def test_scalar_inputs_indirect_gathers_and_nan_references(harness):
+    """Inputs the extracted models have: a 0-d index (it must reach the kernel as 0-d), an index
+    tensor that reaches its subscript through a copy (its random values must stay in range), and
+    a reference that is NaN where the random inputs make it so (the kernel's same NaN agrees)."""
+    import numpy as np
+
+    from tensorlang import interp
+    doc = api.load_text(GATHERS, "g.tsched")
+    ins = interp.random_inputs(doc.model.ops["index_via_copy"], 0)
+    assert ins["I"].min() >= 0 and ins["I"].max() < 16
+    assert ins["I"].max() > 0  # spread over the range, not all zero
+    ref = interp.reference_outputs(doc.model.ops["rms"], interp.random_inputs(doc.model.ops["rms"], 0))["Y"]
+    assert np.isnan(ref).any()  # the case under test: some rows have a negative mean
+    results = harness.measure([Candidate(op, GATHERS, "cpu", None, op_name=op)
+                               for op in ("take", "index_via_copy", "rms")], repeat=1, **FAST)
+    assert [r.status for r in results] == ["ok"] * 3, [r.message for r in results]

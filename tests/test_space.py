@@ -341,3 +341,25 @@ def test_metaschedule_64_best_schedules_are_in_the_space(path):
     doc = api.load(path)
     diags = api.check(doc, space=True)
     assert [(d.code, d.severity) for d in diags] == []
+
+
+def test_sketches_that_leave_an_output_short_are_excluded():
+    """TVM's reverse_compute_at of a padding epilogue covers only the tiles of its producer, so the
+    border is never written: MetaSchedule keeps such sketches (its runner checks no results); the
+    space excludes them, and every sample it gives computes every output point."""
+    from tensorlang.space.space import uncovered_block
+    doc = api.load_text("target cpu = llvm(cores = 1)\n\nop mmpad(A: f32[64, 32], B: f32[32, 64]) -> P: f32[65, 65] {\n"
+                        "    C: f32[64, 64]\n    C[i, j] += A[i, k] * B[k, j]\n"
+                        "    P[i, j] = C[i + 0, j + 0] if i < 64 and j < 64 else 0.0\n}\n")
+    space = Space(doc.model.ops["mmpad"], doc.primfunc("mmpad"), doc.model.targets["cpu"])
+    assert space.excluded and all("runs" in why for why in space.excluded.values())
+    assert set(space.usable) | set(space.excluded) == set(range(len(space.sketches)))
+    excluded = next(iter(space.excluded))
+    sch, _ = space._apply(excluded, lambda point, made: point.domain[-1])
+    assert uncovered_block(sch.mod).startswith("block P runs")  # whatever the decisions
+    points, rejections = space.sample(4, seed=3)
+    assert rejections == 0 and all(p.sketch in space.usable for p in points)
+    for p in points:
+        low = api.Lowered(doc.model.ops["mmpad"], doc.model.targets["cpu"], p.mod, "random", [])
+        r = api.run_lowered(low, repeat=1)
+        assert r.ok, (p.sketch, p.decisions, r)

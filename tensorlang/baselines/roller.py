@@ -237,7 +237,7 @@ def roller_point(space: Space, hw: Hardware | None = None):
     from tensorlang.space.space import Infeasible
     hw = hw or Hardware.of(space.target)
     dtype_bytes = max(D.BYTES[t.dtype] for t in space.op.outputs)
-    order = sorted(range(len(space.sketches)),
+    order = sorted(space.usable,
                    key=lambda s: any(i.kind.name == "RFactor" for i in space.sketches[s].insts))
     last_error = None
     for s in order:

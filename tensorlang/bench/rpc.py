@@ -135,7 +135,7 @@ class RPCRunner:
         name = os.path.basename(job.path)
         lib = remote.load_module(name)
         job.load_s = time.perf_counter() - t0
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in job.inputs.values()]
+        args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in job.inputs.values()]
         outs = [tvm.runtime.tensor(np.full(shape, np.nan if np.dtype(dtype).kind == "f" else 0x5A, dtype=dtype), dev)
                 for _, shape, dtype in job.outputs]
         lib["main"](*args, *outs)

@@ -119,7 +119,8 @@ def _tensors(spec: dict):
     if key is not None and key in _TENSORS:
         return _TENSORS[key]
     dev = tvm.cpu(0)
-    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in spec["inputs"].values()]
+    # np.asarray, not np.ascontiguousarray: that one turns a 0-d (scalar) input into a 1-d array
+    args = [tvm.runtime.tensor(np.asarray(a, order="C"), dev) for a in spec["inputs"].values()]
     outs = [tvm.runtime.tensor(np.zeros(shape, dtype=dtype), dev) for _, shape, dtype in spec["outputs"]]
     if key is not None:
         _TENSORS[key] = (args, outs)

@@ -124,7 +124,7 @@ def _sketch_order(space, trace) -> list[int]:
     def distance(k):
         mine = Counter(i.kind.name for i in space.sketches[k].insts if i.kind.name not in skip)
         return sum(abs(mine[x] - written[x]) for x in set(mine) | set(written))
-    return sorted(range(len(space.sketches)), key=distance)
+    return sorted(space.usable, key=distance)
 
 
 def splits_by_loop(stmts) -> dict:

@@ -298,7 +298,7 @@ class NextTokens:
         if s == "SKETCH":
             return {"SKETCH"}
         if s == "SKETCH_INDEX":
-            return {t for k in range(len(self.space.sketches)) for t in int_tokens(k)[:1]}
+            return {t for k in self.space.usable for t in int_tokens(k)[:1]}
         if s == "DECISIONS":
             return {"DECISIONS"}
         if s == "MARK":

@@ -92,6 +92,26 @@ def _loops_below(loop):
             yield node
 
 
+def uncovered_block(mod) -> str:
+    """'' if every block that writes an output of the function runs over its whole iteration domain,
+    else which one does not: fewer iterations than its domain leave output points never written.
+    (An intermediate stage computed at a consumer computes only what the consumer reads: not checked.)"""
+    from tensorlang.lower import tir
+    from tvm import s_tir
+    func = mod["main"]
+    allocated = {b.name for node, _ in tir.walk(func.body) if isinstance(node, s_tir.SBlock)
+                 for b in node.alloc_buffers}
+    for realize, loops in tir.block_realizes(func.body):
+        if all(w.source.name in allocated for w in realize.block.writes):
+            continue  # writes only intermediates
+        domain = math.prod(_int(iv.dom.extent) or 1 for iv in realize.block.iter_vars)
+        runs = math.prod(_int(loop.extent) or 1 for loop in loops)
+        if runs < domain:
+            return (f"block {realize.block.name_hint} runs {runs} of its {domain} iterations "
+                    f"(a reverse_compute_at that covers only the producer's tile)")
+    return ""
+
+
 def _static_decisions(trace, mod) -> set[int]:
     """The indices of a trace's decisions whose domains do not depend on earlier decisions."""
     from tensorlang.lower import tir
@@ -185,6 +205,16 @@ class Space:
         # GPU: per sketch, the limits that bind several tile decisions at once (None: not modelled)
         self.gpu_models: list = [self._gpu_model(k) for k in range(len(self.sketches))] if target_model.is_gpu \
             else [None] * len(self.sketches)
+        # Sketches whose schedules leave a block short of its iteration domain (TVM's reverse_compute_at
+        # of a padding epilogue covers only what the tiled producer feeds, so the border is never
+        # written): wrong kernels that MetaSchedule's runner, which checks no results, would time
+        # anyway. Excluded here, index kept so that the other sketches' sentences keep their meaning.
+        self.excluded: dict[int, str] = {}
+        for k in range(len(self.sketches)):
+            short = uncovered_block(self._apply(k, lambda point, made: point.domain[0], self.gpu_models[k])[0].mod)
+            if short:
+                self.excluded[k] = short
+        self.usable = [k for k in range(len(self.sketches)) if k not in self.excluded]
 
     def static_points(self, sketch: int) -> list:
         """Per decision index of a sketch, its DecisionPoint when the domain cannot depend on the
@@ -217,11 +247,16 @@ class Space:
     # ------------------------------------------------------------ replay
     def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True) -> Point:
         """Replay a sketch, asking `choose(point, decisions so far)` for each decision."""
+        if sketch in self.excluded:
+            raise Infeasible(f"sketch {sketch} is excluded: {self.excluded[sketch]}")
         sch, made = self._apply(sketch, choose, self.gpu_models[sketch])
         with self.ctx.target:
             for p in self.postprocs:
                 if not p.apply(sch):
                     raise Infeasible(f"{type(p).__name__} rejected sketch {sketch} with {tuple(made)}")
+        short = uncovered_block(sch.mod)
+        if short:
+            raise Infeasible(f"sketch {sketch} with {tuple(made)}: {short}")
         point = Point(sketch, tuple(made), mod=sch.mod, trace=sch.trace)
         if convert:
             from tensorlang.space.convert import trace_to_statements
@@ -335,7 +370,7 @@ class Space:
         attempts = 0
         while len(points) < n and attempts < 50 * n + 100:
             attempts += 1
-            sketch = rng.randrange(len(self.sketches))
+            sketch = rng.choice(self.usable)
             try:
                 p = self.replay(sketch, lambda point, prefix: rng.choice(point.domain), convert=False)
             except Infeasible:
@@ -363,7 +398,7 @@ class Space:
         attempts = 0
         while len(out) < n and attempts < 50 * n + 100:
             attempts += 1
-            sketch = rng.randrange(len(self.sketches))
+            sketch = rng.choice(self.usable)
             kinds: list = []
 
             def choose(point, prefix):
@@ -388,7 +423,7 @@ class Space:
         else the bound: the product of the domain sizes met on one replay of each sketch."""
         total_bound = 0
         bounds = []
-        for s in range(len(self.sketches)):
+        for s in self.usable:
             sizes = []
             try:
                 self.replay(s, lambda point, prefix: (sizes.append(len(point.domain)), point.domain[0])[1],
@@ -399,7 +434,7 @@ class Space:
             total_bound += bounds[-1]
         if total_bound > limit:
             return total_bound, False
-        return sum(self.enumerate_sketch(s) for s in range(len(self.sketches))), True
+        return sum(self.enumerate_sketch(s) for s in self.usable), True
 
     def enumerate_sketch(self, sketch: int) -> int:
         """The number of points of one sketch, by walking every decision path."""
