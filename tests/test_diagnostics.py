@@ -797,3 +797,22 @@ def test_cli_check_syntax_error(tmp_path):
 def test_cli_check_examples_clean(path, tmp_path):
     r = _cli("check", str(path), cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, ""), r.stdout + r.stderr
+
+
+def test_ts402_vector_width_on_gpu_names_the_split_to_change():
+    text = """target g = cuda(arch = "sm_90")
+
+op add(A: f32[4096], B: f32[4096]) -> C: f32[4096] {
+    C[i] = A[i] + B[i]
+}
+
+schedule add on g {
+    i0, i1, i2 = split(C.i, [16, 32, 8])
+    bind(i0, blockIdx.x)
+    bind(i1, threadIdx.x)
+    vectorize(i2)
+}
+"""
+    (d,) = expect_errors(text, [(8, 29, "TS402")])
+    assert "8 lanes of 4 bytes" in d.message and "at most 4 lanes" in d.message
+    assert d.suggestions == ("[16, 64, 4]", "[32, 32, 4]", "[8, 128, 4]")  # perfect, nearest first

@@ -93,7 +93,6 @@ def _factor_fixes(func, env, family: str, used: int, limit: int, what: str) -> l
     keep the block within the limit (the other factors unchanged where a None factor absorbs it)."""
     if env is None:
         return []
-    from tensorlang.lower.schedule import _list, divisors
     out, seen = [], set()
     for node, _ in tir.walk(func.body):
         tag = tir.thread_tag(node) if hasattr(node, "loop_var") else None
@@ -104,25 +103,63 @@ def _factor_fixes(func, env, family: str, used: int, limit: int, what: str) -> l
             if origin is None or origin[0] in seen:
                 continue
             fspan, factors, extent, i = origin
-            known = math.prod(f for f in factors if f is not None)
-            value = factors[i] if factors[i] is not None else -(-extent // known)
+            value = _factor_value(factors, extent, i)
             allowed = limit * value // used  # the most this factor can be with the rest unchanged
             if allowed < 1 or allowed >= value:
                 continue
             seen.add(fspan)
-            if None in factors and factors[i] is not None:
-                others = known // value
-                values = sorted((d for d in divisors(max(1, extent // others)) if d <= allowed),
-                                key=lambda d: abs(math.log(d) - math.log(value)))[:3] or [allowed]
-                fixes = [_list(factors[:i] + [d] + factors[i + 1:]) for d in values]
-            elif None not in factors:
-                fixes = _nearest_within(extent, factors, i, allowed)
-            else:
-                fixes = []
             out.append(error("TS402", f"this split's factor {i} ({value}) is bound to {tag}: with the other "
                                       f"loops unchanged it can be at most {allowed} for the block's {what} to fit "
-                                      f"in {limit}", fspan, fixes))
+                                      f"in {limit}", fspan, _split_fixes(factors, extent, i, allowed)))
     return out
+
+
+MAX_VECTOR_BYTES = 16  # a CUDA vector load or store moves at most 16 bytes (TVM's max_vector_bytes)
+
+
+def _vector_width(func, env, span) -> list[Diagnostic]:
+    """Vectorized loops wider than a CUDA vector access, with the split factor to change where known."""
+    out = []
+    for node, _ in tir.walk(func.body):
+        if not hasattr(node, "loop_var") or tir.loop_kind(node) != "vectorized":
+            continue
+        lanes = tir.as_int(node.extent) or 1
+        width = max((_dtype_bytes(w.source.dtype) for r, _ in tir.block_realizes(node) for w in r.block.writes),
+                    default=4)
+        if lanes * width <= MAX_VECTOR_BYTES:
+            continue
+        allowed = max(1, MAX_VECTOR_BYTES // width)
+        names = env.components(node.loop_var.name) if env is not None else []
+        origin = env.split_origins.get(names[-1]) if names else None
+        where, fixes = span, []
+        if origin is not None:  # the innermost part of the vectorized loop comes from this split
+            fspan, factors, extent, i = origin
+            if _factor_value(factors, extent, i) == lanes:
+                where, fixes = fspan, _split_fixes(factors, extent, i, allowed)
+        out.append(error("TS402", f"loop {node.loop_var.name} is vectorized over {lanes} lanes of {width} bytes: a "
+                                  f"CUDA vector access is at most {MAX_VECTOR_BYTES} bytes, so at most {allowed} "
+                                  f"lanes", where, fixes))
+    return out
+
+
+def _factor_value(factors: list, extent: int, i: int) -> int:
+    known = math.prod(f for f in factors if f is not None)
+    return factors[i] if factors[i] is not None else -(-extent // known)
+
+
+def _split_fixes(factors: list, extent: int, i: int, allowed: int) -> list[str]:
+    """Factor lists for the split with factor i at most `allowed`, nearest first: the others kept
+    where a None factor absorbs the change, else the nearest perfect factorizations."""
+    from tensorlang.lower.schedule import _list, divisors
+    value = _factor_value(factors, extent, i)
+    if None in factors and factors[i] is not None:
+        others = math.prod(f for f in factors if f is not None) // value
+        values = sorted((d for d in divisors(max(1, extent // others)) if d <= allowed),
+                        key=lambda d: abs(math.log(d) - math.log(value)))[:3] or [allowed]
+        return [_list(factors[:i] + [d] + factors[i + 1:]) for d in values]
+    if None not in factors:
+        return _nearest_within(extent, factors, i, allowed)
+    return []
 
 
 def _nearest_within(extent: int, factors: list[int], i: int, allowed: int, limit: int = 3) -> list[str]:
@@ -172,6 +209,7 @@ def check_gpu_limits(func, target_params: dict, span, env=None) -> list[Diagnost
         diags.append(error("TS402", f"a block uses {use['shared_bytes']} bytes of shared memory; {arch} allows "
                                     f"{limits['max_shared_memory_per_block']} bytes of static shared memory per "
                                     f"block", span))
+    diags += _vector_width(func, env, span)
     if diags or use["lowered"] is None:
         return diags
     from tvm.s_tir.analysis import verify_gpu_code
