@@ -396,7 +396,10 @@ class Space:
         rng = random.Random(seed)
         seen, out = set(), []
         attempts = 0
-        while len(out) < n and attempts < 50 * n + 100:
+        # a small space (a reshape has one point) would otherwise take 50 n replays to give up
+        bound, _ = self.count(limit=0)
+        cap = min(50 * n + 100, 30 * bound + 30)
+        while len(out) < n and attempts < cap:
             attempts += 1
             sketch = rng.choice(self.usable)
             kinds: list = []
