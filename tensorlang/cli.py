@@ -272,6 +272,20 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def cmd_gpu_bundle(args) -> int:
+    from tensorlang.data.gpu_bundle import prepare
+    summary = prepare(args.tasks, args.target, args.output, args.per_task, args.max_io_mb,
+                      log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"gpu-bundle: {summary}")
+    return 0
+
+
+def cmd_gpu_ingest(args) -> int:
+    from tensorlang.data.gpu_bundle import ingest
+    print(f"gpu-ingest: {ingest(args.bundle, args.results, args.output)}")
+    return 0
+
+
 def cmd_data_stats(args) -> int:
     from tensorlang.data.collect import stats
     measured = args.measured if args.measured is not None else sorted(
@@ -422,6 +436,19 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--metaschedule", type=int, default=0, metavar="N",
                     help="also run MetaSchedule's evolutionary search (N trials) per task and measure its 8 best")
     co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
+
+    gb = sub.add_parser("gpu-bundle", help="build GPU candidates here (cubins + launch plans) for gpu_runner.py")
+    gb.add_argument("tasks", nargs="+")
+    gb.add_argument("--target", default="cuda")
+    gb.add_argument("--per-task", type=int, default=8)
+    gb.add_argument("--max-io-mb", type=float, default=4.0, help="leave out tasks with more input+output data")
+    gb.add_argument("-o", "--output", required=True)
+    gb.set_defaults(func=cmd_gpu_bundle)
+    gi = sub.add_parser("gpu-ingest", help="append gpu_runner.py's results to the measured dataset")
+    gi.add_argument("bundle")
+    gi.add_argument("results")
+    gi.add_argument("-o", "--output", default="data/measured/cuda")
+    gi.set_defaults(func=cmd_gpu_ingest)
 
     pt = sub.add_parser("pretrain", help="sample unmeasured tensor sentences per task (the pre-training corpus)")
     pt.add_argument("tasks", nargs="+")

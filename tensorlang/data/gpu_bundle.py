@@ -1,0 +1,168 @@
+"""GPU measurement without TVM on the GPU machine: build here, time there, record here.
+
+    tensorlang gpu-bundle data/workloads --target cuda --per-task 8 --max-io-mb 4 -o gpu_bundle   # here
+    python tensorlang/data/gpu_runner.py gpu_bundle $OUT                                          # on the GPU
+    tensorlang gpu-ingest gpu_bundle $OUT/results.jsonl -o data/measured/cuda                     # here
+
+The GPU machine (an H200 lent for minutes) has PyTorch and CuPy but no TVM. So each candidate is
+built here: the schedule (roller first, then uniform samples of the space) is lowered by TVM, its
+CUDA source compiled by nvcc to a cubin for the target's arch, and its launch plan read off TVM's
+host code after the TIR pipeline -- which kernels, in which order, on which buffers (inputs,
+outputs and the intermediates the host allocates), with which grid and block sizes. The bundle
+also holds each task's inputs and NumPy reference outputs (the harness's own random inputs), so
+that the runner checks every result before timing it. `gpu_runner.py` needs only NumPy and CuPy.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+_CALL = re.compile(r'T\.call_ffi_kernel\("([^"]+)", (.*?), launch_params=\[([^\]]*)\]')
+
+
+def launch_plan(sch_mod, tvm_target) -> list[dict]:
+    """[{kernel, args: [buffer names], grid: [x, y, z], block: [x, y, z], dynamic_shared: bytes}] in launch
+    order, read off the host function after TVM's default TIR pipeline (what tvm.compile launches)."""
+    import tvm
+    from tvm.target import Target
+    from tvm.tirx.build import split_host_device_mods
+    mod = tvm.tirx.transform.BindTarget(tvm_target.with_host(Target({"kind": "llvm"})))(sch_mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(tvm_target)
+    host, _ = split_host_device_mods(pipeline(mod))
+    plan = []
+    for name, args, params in _CALL.findall(host.script()):
+        parts = [a.strip() for a in args.split(",")]
+        tags = [t.strip().strip('"') for t in params.split(",") if t.strip()]
+        values = parts[len(parts) - len(tags):] if tags else []
+        buffers = parts[:len(parts) - len(tags)]
+        if any(not v.isdigit() for v in values) or any(not b.endswith(".data") for b in buffers):
+            raise ValueError(f"kernel {name}: a launch the bundle cannot describe ({args})")
+        grid, block, shared = [1, 1, 1], [1, 1, 1], 0
+        for tag, v in zip(tags, values):
+            if tag.startswith("blockIdx."):
+                grid["xyz".index(tag[-1])] = int(v)
+            elif tag.startswith("threadIdx."):
+                block["xyz".index(tag[-1])] = int(v)
+            elif tag == "tirx.use_dyn_shared_memory":
+                shared = int(v)
+        plan.append({"kernel": name, "args": [b[:-len(".data")] for b in buffers], "grid": grid, "block": block,
+                     "dynamic_shared": shared})
+    return plan
+
+
+def _tensor_of(printed: str, tensors: dict) -> str:
+    """The op tensor a buffer printed by TVMScript names (the printer adds _1, _2 to clashing names)."""
+    if printed in tensors:
+        return printed
+    stripped = re.sub(r"_\d+$", "", printed)
+    if stripped in tensors:
+        return stripped
+    raise ValueError(f"buffer {printed} is no tensor of the operator")
+
+
+def cubin(source: str, arch: str) -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+        src, out = Path(d) / "k.cu", Path(d) / "k.cubin"
+        src.write_text(source)
+        r = subprocess.run(["nvcc", "--cubin", f"-arch={arch}", "-O3", "-o", str(out), str(src)],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode:
+            raise RuntimeError(f"nvcc: {r.stderr.strip()[-400:]}")
+        return out.read_bytes()
+
+
+def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, max_io_mb: float = 4.0,
+            seed: int = 0, log=print) -> dict:
+    """Write the bundle: manifest.json, one .npz of inputs and references per task, one cubin per candidate."""
+    import numpy as np
+
+    from tensorlang import api, interp
+    from tensorlang.analysis import dtypes as D
+    from tensorlang.data.collect import candidates_for, find_tasks, task_hash
+    from tensorlang.lower.build import compile_module, cuda_source
+    from tensorlang.parser.printer import format_stmt
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Space
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {"target": target, "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": S.version_tokens(),
+                "tasks": []}
+    skipped = []
+    for task in find_tasks(paths):
+        doc = api.load_text(task.text, task.file)
+        tgt = api.resolve_target(doc, target)
+        op = doc.model.ops[task.op]
+        if tgt is None or not tgt.is_gpu:
+            continue
+        io_bytes = sum(np.prod(t.shape, dtype=np.int64) * D.numpy_dtype(t.dtype).itemsize
+                       for t in list(op.inputs) + list(op.outputs))
+        if io_bytes > max_io_mb * 2 ** 20:
+            skipped.append(f"{task.label}: {io_bytes / 2 ** 20:.1f} MB of inputs and outputs")
+            continue
+        space = Space(op, doc.primfunc(task.op), tgt)
+        tkey = task_hash(space)
+        inputs = interp.random_inputs(op, seed)
+        refs = interp.reference_outputs(op, inputs)
+        data = f"t{len(manifest['tasks'])}.npz"
+        np.savez_compressed(out / data, **{f"in:{k}": v for k, v in inputs.items()},
+                            **{f"ref:{k}": np.asarray(v, dtype=D.numpy_dtype(op.tensors[k].dtype))
+                               for k, v in refs.items()})
+        tensors = {t.name: {"shape": list(t.shape), "dtype": str(D.numpy_dtype(t.dtype))}
+                   for t in op.tensors.values()}
+        entry = {"file": task.file, "op": task.op, "hash": tkey, "data": data, "flops": op.flops,
+                 "inputs": [t.name for t in op.inputs], "outputs": [t.name for t in op.outputs],
+                 "tensors": tensors, "tolerance": {t.name: list(D.TOLERANCE.get(t.dtype, (0, 0)))
+                                                   for t in op.outputs}, "candidates": []}
+        for policy, point in candidates_for(space, tkey, per_task):
+            try:
+                lib = compile_module(point.mod, space.tvm_target)
+                blob = cubin(cuda_source(lib), tgt.params.get("arch", "sm_90"))
+                plan = launch_plan(point.mod, space.tvm_target)
+                for launch in plan:
+                    launch["args"] = [_tensor_of(a, tensors) for a in launch["args"]]
+            except Exception as e:  # one candidate that cannot be bundled must not stop the others
+                log(f"  {task.label}: {policy} candidate left out: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            name = f"t{len(manifest['tasks'])}c{len(entry['candidates'])}.cubin"
+            (out / name).write_bytes(blob)
+            key = hashlib.sha256(f"{tkey}|{target}|gpu|{point.sketch}|{point.decisions}".encode()).hexdigest()
+            entry["candidates"].append({
+                "key": key, "policy": policy, "sketch": point.sketch,
+                "decisions": [list(d) if isinstance(d, tuple) else d for d in point.decisions],
+                "sentence": " ".join(S.encode(space, point)),
+                "schedule": "\n".join(format_stmt(s) for s in point.stmts), "cubin": name, "launches": plan})
+        manifest["tasks"].append(entry)
+        log(f"  {task.label}: {len(entry['candidates'])} candidates")
+    manifest["skipped"] = skipped
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return {"tasks": len(manifest["tasks"]), "candidates": sum(len(t["candidates"]) for t in manifest["tasks"]),
+            "skipped": len(skipped)}
+
+
+def ingest(bundle: str | Path, results: str | Path, out_dir: str | Path) -> dict:
+    """Append the runner's results to the measured dataset, as records of the same form as `collect`'s."""
+    from tensorlang.data.dataset import Writer
+    manifest = json.loads((Path(bundle) / "manifest.json").read_text())
+    by_key = {c["key"]: (t, c) for t in manifest["tasks"] for c in t["candidates"]}
+    writer = Writer(out_dir)
+    written = 0
+    for line in Path(results).read_text().splitlines():
+        r = json.loads(line)
+        if r["key"] not in by_key:
+            continue
+        t, c = by_key[r["key"]]
+        written += writer.append({
+            "key": r["key"], "task": {"file": t["file"], "op": t["op"], "hash": t["hash"]},
+            "target": manifest["target"], "machine": r.get("machine", "gpu"), "policy": c["policy"],
+            "sketch": c["sketch"], "decisions": c["decisions"], "sentence": c["sentence"],
+            "versions": manifest["versions"], "schedule": c["schedule"], "status": r["status"],
+            "message": r.get("message", "")[:300], "server": r.get("machine", "gpu"),
+            "median_s": r.get("median_s"), "min_s": r.get("min_s"), "max_s": r.get("max_s"),
+            "flops": t["flops"], "load": None, "time": r.get("time")})
+    writer.close(compress_open=True)
+    return {"written": written}
