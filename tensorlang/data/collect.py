@@ -94,7 +94,7 @@ def candidates_for(space, task_key: str, count: int):
 def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) -> list:
     """MetaSchedule's evolutionary search (`trials` measured trials, under the measurement lock: it
     times kernels) -> its `top` fastest schedules, each located in our space as a point. A schedule
-    that is not found in the space is reported and left out (the tests say MetaSchedule's best are in it)."""
+    that membership's search (its replay budget) does not find in the space is reported and left out."""
     from tensorlang.baselines.metaschedule import tune_records
     from tensorlang.bench.lock import measure_lock
     from tensorlang.space import metaschedule as msx
@@ -168,7 +168,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             yield_to_measurements()
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
-            pending = []
+            pending, pending_keys = [], set()
             cands = candidates_for(space, tkey, trials)
             ms_key = f"{tkey}|{target}|{machine}"
             if ms_done is not None and ms_key not in ms_done.keys:
@@ -179,12 +179,15 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
             for policy, point in cands:
                 key = hashlib.sha256(f"{tkey}|{target}|{machine}|{point.sketch}|{point.decisions}".encode()).hexdigest()
-                if key in writer.keys or any(key == k for k, _, _ in pending):
+                if key in writer.keys or key in pending_keys:
                     skipped += 1
                     continue
                 pending.append((key, policy, point))
+                pending_keys.add(key)
+            finished = True
             for i in range(0, len(pending), batch):
                 if deadline and time.time() > deadline:
+                    finished = False
                     break
                 yield_to_measurements()
                 chunk = pending[i:i + batch]
@@ -214,9 +217,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 best = min((r.median_s for r in results if r.ok), default=None)
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
                     + (f", best of batch {best * 1e3:.3f} ms" if best else ""))
-            else:
-                if ms_done is not None and ms_key not in ms_done.keys:
-                    ms_done.add(ms_key)  # every candidate of the search is recorded
+            if finished and ms_done is not None and ms_key not in ms_done.keys:
+                ms_done.add(ms_key)  # every candidate of the search is recorded
     writer.close(compress_open=True)  # a clean finish leaves only compressed shards
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
 
