@@ -216,10 +216,10 @@ def apply_stmt(sch, env: NameEnv, stmt: A.SchedStmt) -> list[Diagnostic]:
     if bound is None:
         raise StmtError(diags[0])
     before = {n: rv for n, rv in list(env.loops.items()) + list(env.stages.items()) if _valid(sch, rv)}
-    parts = _fuse_parts(sch, env, stmt, bound)
+    before_split_or_fuse = _operands(sch, env, stmt, bound)
     result, extra = _dispatch(sch, env, stmt, bound)
     diags += extra
-    _record_origins(sch, env, stmt, bound, result, parts)
+    _record_origins(sch, env, stmt, bound, result, before_split_or_fuse)
     _bind_results(sch, env, stmt, bound, result)
     # Remember why names stopped existing, for later "no longer exists" messages.
     for name, rv in before.items():
@@ -228,26 +228,29 @@ def apply_stmt(sch, env: NameEnv, stmt: A.SchedStmt) -> list[Diagnostic]:
     return diags
 
 
-def _fuse_parts(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs) -> list[str]:
-    """The loop var names a fuse statement is about to replace (their RVs die with the fuse)."""
-    if stmt.prim != "fuse":
-        return []
+def _operands(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs):
+    """What a split or fuse is about to replace (its loops die with it): the split loop's extent, the
+    fused loops' names."""
     try:
-        return [sch.get(resolve_loop(sch, env, r)).loop_var.name for r in bound.values["loops"]]
+        if stmt.prim == "split":
+            return tir.as_int(sch.get(resolve_loop(sch, env, bound.values["loop"])).extent)
+        if stmt.prim == "fuse":
+            return [sch.get(resolve_loop(sch, env, r)).loop_var.name for r in bound.values["loops"]]
     except StmtError:
-        return []  # the fuse itself reports it
+        pass  # the statement itself reports it
+    return None
 
 
-def _record_origins(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs, result, parts: list[str]) -> None:
-    if stmt.prim == "split" and result is not None:
+def _record_origins(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs, result, operands) -> None:
+    if result is None or operands is None:
+        return
+    if stmt.prim == "split":
         arg = bound.values["factors"]
         factors = [arg_text_value(f) for f in arg.items]
-        outs = [sch.get(rv) for rv in result]
-        extent = math.prod(tir.as_int(l.extent) or 1 for l in outs)
-        for i, loop in enumerate(outs):
-            env.split_origins[loop.loop_var.name] = (arg.span, factors, extent, i)
-    elif stmt.prim == "fuse" and result is not None and parts:
-        env.fused[sch.get(result).loop_var.name] = parts
+        for i, rv in enumerate(result):
+            env.split_origins[sch.get(rv).loop_var.name] = (arg.span, factors, operands, i)
+    elif stmt.prim == "fuse":
+        env.fused[sch.get(result).loop_var.name] = operands
 
 
 def _bind_results(sch, env: NameEnv, stmt: A.SchedStmt, bound: BoundArgs, result):
