@@ -49,9 +49,9 @@ def run(bundle: str, out_dir: str, repeat: int = 20, budget_s: float = 480.0) ->
                 rec = {"key": cand["key"], "machine": machine, "time": round(time.time(), 3)}
                 try:
                     module = cp.RawModule(path=os.path.join(bundle, cand["cubin"]))
-                    launches = [(module.get_function(l["kernel"]), tuple(l["grid"]), tuple(l["block"]),
-                                 tuple(buffers[a] for a in l["args"]), l.get("dynamic_shared", 0))
-                                for l in cand["launches"]]
+                    launches = [(module.get_function(k["kernel"]), tuple(k["grid"]), tuple(k["block"]),
+                                 tuple(buffers[a] for a in k["args"]), k.get("dynamic_shared", 0))
+                                for k in cand["launches"]]
 
                     def call():
                         for fn, grid, block, args, shared in launches:
