@@ -54,6 +54,25 @@ def test_collect_over_rpc_uses_both_servers(tmp_path, tracker_with_two_servers):
     assert {x["server"] for x in records} == {f"127.0.0.1:{s.port}" for s in servers}
 
 
+def test_a_kernel_that_crashes_a_server_session_is_recorded_and_the_next_runs(tmp_path, tracker_with_two_servers):
+    """A real segfault on the server ends that session only (the server forks one per session): the
+    candidate is recorded as a crash, a fresh session is taken, and the next candidate is measured."""
+    import tvm
+
+    from tensorlang.bench import Candidate, Harness, Library
+    from tensorlang.bench.rpc import RPCConfig
+    from test_bench import COPY, bad_kernels
+    tracker, _ = tracker_with_two_servers
+    segfault, _ = bad_kernels()
+    lib = str(tmp_path / "segfault.so")
+    tvm.compile(segfault, target=tvm.target.Target({"kind": "llvm"})).export_library(lib)
+    cands = [Candidate("segfault", COPY, "cpu", Library(lib)), Candidate("after", COPY, "cpu", None)]
+    with Harness(jobs=1, rpc=RPCConfig("127.0.0.1", tracker.port, "tl-test", sessions=1)) as h:
+        results = h.measure(cands, repeat=2, min_repeat_ms=5, timeout_s=30, lock_path=str(tmp_path / "lock"))
+    assert [r.status for r in results] == ["crash", "ok"], [(r.status, r.message) for r in results]
+    assert results[1].times_s and results[1].worker["server"].startswith("127.0.0.1:")
+
+
 def test_rpc_address_is_checked():
     from tensorlang.bench.rpc import RPCConfig
     assert RPCConfig.parse("10.0.0.5:9190:cpu", 3) == RPCConfig("10.0.0.5", 9190, "cpu", 3)
