@@ -115,7 +115,26 @@ class GpuModel:
         if not any(decision in g.decisions for g in self.groups):
             return domain
         values = {d: v for d, v in enumerate(made) if d in self.tile_extents}
-        return tuple(v for v in domain if self.feasible({**values, decision: v}))
+        # The limits read a tile only through a few products of its factors (its thread factor, its
+        # vthread factor, the factors each shared footprint spans): tiles alike in those are decided once.
+        verdict: dict = {}
+        kept = []
+        for v in domain:
+            key = self._signature(decision, v)
+            if key not in verdict:
+                verdict[key] = self.feasible({**values, decision: v})
+            if verdict[key]:
+                kept.append(v)
+        return tuple(kept)
+
+    def _signature(self, d: int, v: tuple) -> tuple:
+        key = []
+        for g in self.groups:
+            key += [v[p] for dd, p in g.threads if dd == d] + [v[p] for dd, p in g.vthreads if dd == d]
+            for b in g.buffers:
+                for _, terms in b.dims:
+                    key += [math.prod(v[p] for p in positions) for dd, positions, _ in terms if dd == d]
+        return tuple(key)
 
 
 def _divisors(n: int) -> list[int]:
