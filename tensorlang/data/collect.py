@@ -109,6 +109,8 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
         except ConversionError:
             stmts = None
         m = locate(space, sch.mod, sch.trace, stmts)
+        if not m.inside:  # rare: a deeper search before giving up
+            m = locate(space, sch.mod, sch.trace, stmts, budget=256)
         if m.inside:  # replayed again for its statements (locate's replays skip the conversion)
             point = space.replay(m.point.sketch, lambda _, made, d=m.point.decisions: d[len(made)])
             out.append((f"metaschedule:{trials}", point))
