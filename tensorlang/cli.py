@@ -305,6 +305,32 @@ def cmd_data_stats(args) -> int:
     return 0
 
 
+def cmd_data_best(args) -> int:
+    from tensorlang.data.collect import best_k, op_hash
+    measured = args.measured if args.measured is not None else sorted(
+        str(p) for p in Path("data/measured").glob("*") if p.is_dir())
+    doc = api.load(args.file)
+    op = args.op or (next(iter(doc.model.ops)) if len(doc.model.ops) == 1 else None)
+    if op not in doc.model.ops:
+        return _fail(f"{args.file}: error: TS104 choose an operator with --op; operators: {', '.join(doc.model.ops)}")
+    records = best_k(measured, op_hash(doc.model.ops[op]), args.target, args.k)
+    if not records:
+        print(f"no correct measured schedule of {args.file}:{op} on {args.target}")
+        return 1
+    # Re-rendered from the sketch and decisions in this file's own space, so the names are this file's
+    # (a record may have been measured for the same workload in another model).
+    from tensorlang.space.convert import render_schedule
+    from tensorlang.space.space import Space
+    space = Space(doc.model.ops[op], doc.primfunc(op), _target(doc, args.target))
+    for rank, r in enumerate(records, 1):
+        decisions = [tuple(d) if isinstance(d, list) else d for d in r["decisions"]]
+        point = space.replay(r["sketch"], lambda _, made: decisions[len(made)])
+        print(f"# {rank}. {r['median_s'] * 1e3:.4f} ms  ({r['policy']}, machine {r['machine']}, measured for "
+              f"{r['task']['file']})")
+        print(render_schedule(op, args.target, point.stmts))
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Check, lower and run every bundled example on this CPU; lower the CUDA schedules to kernels."""
     files = args.files or sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "examples").glob("*.tsched"))
@@ -465,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--pretrain", default="data/pretrain", help="pre-training corpus root")
     ds.add_argument("--json", action="store_true")
     ds.set_defaults(func=cmd_data_stats)
+    db = da_sub.add_parser("best", help="the k fastest correct schedules of one task, as .tsched text")
+    db.add_argument("file", help="a .tsched file; its operator is looked up by its name-independent form")
+    db.add_argument("--op", help="the operator (default: the file's only one)")
+    db.add_argument("--target", default="llvm")
+    db.add_argument("-k", type=int, default=5)
+    db.add_argument("--measured", nargs="*", default=None, help="measured dataset dirs (default: data/measured/*)")
+    db.set_defaults(func=cmd_data_best)
 
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())

@@ -136,3 +136,28 @@ def test_pretrain_sentences_decode_to_legal_points_and_grow_on_rerun(tmp_path):
             sketch, decisions = S.decode(space, r["sentence"].split())
             point = space.replay(sketch, lambda _, made, d=decisions: d[len(made)])  # raises if refused
             assert point.decisions == decisions
+
+
+def test_data_best_finds_the_workload_under_other_names(tmp_path):
+    """best-K is keyed by the operator's name-independent form: a renamed copy of a measured task gets
+    its fastest schedules, rendered with its own names."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "rowsum.tsched").write_text("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
+                                         "    S[i] += X[i, k]\n}\n")
+    out = tmp_path / "measured"
+    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
+    subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "3",
+                    "--repeat", "2", "-o", str(out)], check=True, capture_output=True, env=env, timeout=600)
+    renamed = tmp_path / "renamed.tsched"
+    renamed.write_text("target cpu = llvm(cores = 1)\n\nop total(Y: f32[64, 256]) -> T: f32[64] {\n"
+                       "    T[r] += Y[r, c]\n}\n")
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "data", "best", str(renamed), "--target", "cpu", "-k", "2",
+                        "--measured", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    fastest = min(x["median_s"] for x in dataset.read(out) if x["status"] == "ok")
+    assert r.stdout.startswith(f"# 1. {fastest * 1e3:.4f} ms")
+    assert r.stdout.count("schedule total on cpu {") == 2 and "rowsum" in r.stdout  # measured for rowsum.tsched
+    import re
+    body = "".join(line for line in r.stdout.splitlines(True) if not line.startswith("#"))
+    assert re.search(r"\bT[.,)]", body) and not re.search(r"\b[SX][.,)]", body)  # this file's names only

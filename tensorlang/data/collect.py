@@ -56,9 +56,13 @@ def find_tasks(paths: list[str]) -> list[Task]:
 
 
 def task_hash(space) -> str:
+    return op_hash(space.op)
+
+
+def op_hash(op) -> str:
+    """The operator's name-independent form, hashed: the same workload in two models is one task."""
     from tensorlang.space import sentence as S
-    words = S.op_tokens(space.op)  # the operator's name-independent form
-    return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
+    return hashlib.sha256(" ".join(S.op_tokens(op)).encode()).hexdigest()[:16]
 
 
 def machine_id() -> str:
@@ -254,9 +258,10 @@ def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dic
             "best": dict(best)}
 
 
-def best_k(dirs: list[str | Path], task_file: str, op: str, target: str, k: int = 5) -> list[dict]:
-    """The k fastest correct records of one task."""
-    recs = [r for d in dirs for r in read(d) if r["task"]["file"] == task_file and r["task"]["op"] == op
+def best_k(dirs: list[str | Path], task: str, target: str, k: int = 5) -> list[dict]:
+    """The k fastest correct records of one task (its `op_hash`: records made for the same workload
+    in another model count too)."""
+    recs = [r for d in dirs for r in read(d) if r["task"]["hash"] == task
             and r["target"] == target and r["status"] == "ok" and r.get("median_s")]
     return sorted(recs, key=lambda r: r["median_s"])[:k]
 
