@@ -59,6 +59,7 @@ class GpuModel:
     tile_extents: dict  # decision index -> (extent, n, max_innermost)
     max_vthread: int
     max_shared: int
+    _memo: dict = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------ evaluation
     def usage(self, group: Group, values: dict) -> tuple[int, int, int]:
@@ -115,6 +116,17 @@ class GpuModel:
         if not any(decision in g.decisions for g in self.groups):
             return domain
         values = {d: v for d, v in enumerate(made) if d in self.tile_extents}
+        # The answer depends on the decided tiles only through their signatures: remembered, so that a
+        # decoder writing many schedules of one operator pays for each distinct prefix once.
+        # (every modelled tile is of an original loop -- `build` refuses others -- so its domain is fixed)
+        memo_key = (decision, len(domain), tuple((d, self._signature(d, v)) for d, v in sorted(values.items())))
+        if memo_key not in self._memo:
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            self._memo[memo_key] = self._restrict(decision, domain, values)
+        return self._memo[memo_key]
+
+    def _restrict(self, decision: int, domain: tuple, values: dict) -> tuple:
         # The limits read a tile only through a few products of its factors (its thread factor, its
         # vthread factor, the factors each shared footprint spans): tiles alike in those are decided once.
         verdict: dict = {}
