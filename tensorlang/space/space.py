@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable
 
 from tensorlang.space import metaschedule as msx
@@ -38,13 +38,32 @@ class DecisionPoint:
     n: int = 0  # tile: number of factors
     max_innermost: int = 0  # tile: bound on the innermost factor (0: none)
     candidates: tuple = ()  # categorical: the candidate values
+    sites: tuple = ()  # location: for each domain value, the loop's name ("" for inline/root)
+    placed: str = ""  # location: the stage whose compute-at site this is
+    loop: object = field(default=None, compare=False, repr=False)  # tile: the tiled loop, for `_context`
+
     # tile: the stage whose loop is tiled, the loop's role ("S" spatial, "R" reduction), and the
     # stage's loops as (name, extent, role) when the decision is made -- what a heuristic needs.
-    stage: str = ""
-    role: str = ""
-    axes: tuple = ()
-    axis: int = -1
-    sites: tuple = ()  # location: for each domain value, the loop's name ("" for inline/root)
+    # Computed on first use: a walk of the loop nest, which sampling and decoding never need.
+    @cached_property
+    def _context(self) -> tuple:
+        return _loop_context(self.loop) if self.loop is not None else (self.placed, "S", (), -1)
+
+    @property
+    def stage(self) -> str:
+        return self._context[0]
+
+    @property
+    def role(self) -> str:
+        return self._context[1]
+
+    @property
+    def axes(self) -> tuple:
+        return self._context[2]
+
+    @property
+    def axis(self) -> int:
+        return self._context[3]
 
 
 @dataclass
@@ -90,6 +109,19 @@ def _loops_below(loop):
     for node, _ in tir.walk(loop.body):
         if isinstance(node, tirx.For):
             yield node
+
+
+class _Unchecked:
+    """A Schedule's methods without TVM's Python type checker, which wraps each of them and costs more
+    than the call itself (70% of a softmax replay went to checking the arguments of `get`, `get_loops`
+    and the compute-at probes); the space only passes what TVM itself handed it."""
+
+    def __init__(self, sch):
+        self.sch = sch
+
+    def __getattr__(self, name):
+        method = getattr(type(self.sch), name)
+        return getattr(method, "__wrapped__", method).__get__(self.sch)
 
 
 def uncovered_block(mod) -> str:
@@ -289,11 +321,10 @@ class Space:
     def decision_point(self, sch, inst, inputs, attrs) -> DecisionPoint | None:
         kind = inst.kind.name
         if kind == "SamplePerfectTile":
-            loop = sch.get(inputs[0])
+            loop = _Unchecked(sch).get(inputs[0])
             extent, n, max_inner = int(loop.extent), int(attrs[0]), int(attrs[1])
-            stage, role, axes, axis = _loop_context(loop)
             return DecisionPoint(TILE, factorizations(extent, n, max_inner), f"{loop.loop_var.name} ({extent})",
-                                 extent, n, max_inner, stage=stage, role=role, axes=axes, axis=axis)
+                                 extent, n, max_inner, loop=loop)
         if kind == "SampleCategorical":
             candidates = tuple(int(c.value) if hasattr(c, "value") else c for c in attrs[0])
             probs = [float(p.value) if hasattr(p, "value") else float(p) for p in attrs[1]]
@@ -302,11 +333,12 @@ class Space:
         if kind == "SampleComputeLocation":
             block = inputs[0]
             domain = self.location_domain(sch, block)
-            consumers = sch.get_consumers(block)
-            loops = [sch.get(l).loop_var.name for l in sch.get_loops(consumers[0])] if consumers else []
+            fast = _Unchecked(sch)
+            consumers = fast.get_consumers(block)
+            loops = [fast.get(rv).loop_var.name for rv in fast.get_loops(consumers[0])] if consumers else []
             sites = tuple(loops[d] if d >= 0 else "" for d in domain)
-            name = sch.get(block).name_hint
-            return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", stage=name, sites=sites)
+            name = fast.get(block).name_hint
+            return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", sites=sites, placed=name)
         return None
 
     @staticmethod
@@ -318,32 +350,35 @@ class Space:
         Each legality is asked of TVM once, on a copy of the schedule (TVM's sampler would redo the
         whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad)."""
         from tvm.s_tir import ScheduleError
+        fast = _Unchecked(sch)
 
         def legal(action) -> bool:
             try:
-                action(sch.copy())
+                action(_Unchecked(fast.copy()))
                 return True
             except (ScheduleError, RuntimeError, ValueError):
                 return False
 
-        out = [-2] if legal(lambda t: t.compute_inline(block)) else []
+        # A block with a reduction axis is not "complete", which compute_inline requires: no probe needed.
+        reduces = any(int(iv.iter_type) == 2 for iv in fast.get(block).iter_vars)
+        out = [-2] if not reduces and legal(lambda t: t.compute_inline(block)) else []
         out.append(-1)
-        consumers = sch.get_consumers(block)
+        consumers = fast.get_consumers(block)
         if not consumers:
             return tuple(out)
-        loop_rvs = sch.get_loops(consumers[0])
-        loops = [sch.get(rv) for rv in loop_rvs]
+        loop_rvs = fast.get_loops(consumers[0])
+        loops = [fast.get(rv) for rv in loop_rvs]
         if len(consumers) > 1:
             n_common = len(loops)
             for c in consumers[1:]:
-                others = [sch.get(rv) for rv in sch.get_loops(c)]
+                others = [fast.get(rv) for rv in fast.get_loops(c)]
                 n = 0
                 while n < min(n_common, len(others)) and others[n].same_as(loops[n]):
                     n += 1
                 n_common = n
             n_candidates = n_common  # the LCA is the last common loop (none: the root block)
         else:
-            parent = sch.get_sref(consumers[0]).parent
+            parent = fast.get_sref(consumers[0]).parent
             n_candidates = len(loops) if loops and parent is not None and parent.stmt.same_as(loops[-1]) else 0
         kinds = [_loop_iter_type(loop) for loop in loops[:n_candidates]]
         last_datapar = max((i for i, k in enumerate(kinds) if k == "datapar"), default=-1)
