@@ -156,9 +156,10 @@ def _divisors(n: int) -> list[int]:
 # ---------------------------------------------------------------- building
 
 
-def build(trace, mod, tvm_target, replayed_mod) -> GpuModel:
+def build(trace, mod, tvm_target, replayed_mod, max_vthread: int = 8) -> GpuModel:
     """The model of one sketch. `replayed_mod`: the sketch replayed once with any decisions (for the
-    blocks' read regions and the buffers' dtypes). Raises Unmodelled."""
+    blocks' read regions and the buffers' dtypes); `max_vthread`: the target's (the checker's TS402
+    limit). Raises Unmodelled."""
     insts = list(trace.insts)
     decision_of: dict = {}  # ExprRV of a SamplePerfectTile output -> (decision index, position)
     tile_extents: dict = {}
@@ -264,7 +265,7 @@ def build(trace, mod, tvm_target, replayed_mod) -> GpuModel:
         g.buffers.append(_buffer(consumer, read_index, site, order[consumer], binds, loop_terms, tiled,
                                  stages.get(consumer, 1), mod, replayed_mod))
     attrs = tvm_target.attrs
-    return GpuModel(groups, tile_extents, 8, int(attrs.get("max_shared_memory_per_block", 49152)))
+    return GpuModel(groups, tile_extents, max_vthread, int(attrs.get("max_shared_memory_per_block", 49152)))
 
 
 def _original_extents(mod) -> dict:

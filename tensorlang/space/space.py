@@ -272,7 +272,9 @@ class Space:
         from tensorlang.space import gpu_model
         try:
             sch, _ = self._apply(sketch, lambda point, made: point.domain[0])
-            return gpu_model.build(self.sketches[sketch], self.mod, self.tvm_target, sch.mod)
+            from tensorlang.analysis.targets import gpu_limits
+            return gpu_model.build(self.sketches[sketch], self.mod, self.tvm_target, sch.mod,
+                                   gpu_limits(self.target.params)["max_vthread"])
         except gpu_model.Unmodelled:
             return None
 
