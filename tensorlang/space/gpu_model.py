@@ -174,7 +174,7 @@ def build(trace, mod, tvm_target, replayed_mod, max_vthread: int = 8) -> GpuMode
     caches: list = []  # (consumer block, read index, cache block RV)
     sites: dict = {}  # cache block RV -> loop RV
     stages: dict = {}  # block -> versions of its pipelined shared caches
-    touched: set = set()  # blocks whose loops a GetLoops saw after a split
+    touched: set = set()  # blocks a GetLoops has seen (later GetLoops may see tiled loops)
     k = -1
     for inst in insts:
         kind, ins, outs, attrs = inst.kind.name, list(inst.inputs), list(inst.outputs), list(inst.attrs)
@@ -235,9 +235,11 @@ def build(trace, mod, tvm_target, replayed_mod, max_vthread: int = 8) -> GpuMode
             sites[ins[0]] = ins[1]
 
     extents = _original_extents(mod)
+    from tensorlang.space.space import _static_decisions
+    static = _static_decisions(trace, mod)  # tiles of loops nothing has moved: their extents are the original
     for d, (_, n, max_inner, (b, i)) in list(tile_extents.items()):
-        if (b, i) not in extents:
-            raise Unmodelled(f"loop {i} of block {b}")
+        if (b, i) not in extents or d not in static:
+            raise Unmodelled(f"loop {i} of block {b} is not as in the unscheduled function when tiled")
         tile_extents[d] = (extents[(b, i)], n, max_inner)
 
     groups = []
