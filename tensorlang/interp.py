@@ -57,8 +57,8 @@ def index_bounds(op: OpModel) -> dict[str, int]:
         visit(st.ast.rhs)
     for st in reversed(op.stages):  # a copied stage passes its bound on to what it copies
         rhs = A.strip_parens(st.ast.rhs)
-        if st.tensor in bounds and st.reducer is None and isinstance(rhs, A.Access) and getattr(op.tensors.get(rhs.tensor), "dtype",
-                                                                          None) in D.INTS:
+        copied = op.tensors.get(rhs.tensor) if isinstance(rhs, A.Access) else None
+        if st.tensor in bounds and st.reducer is None and copied is not None and copied.dtype in D.INTS:
             bound(rhs.tensor, bounds[st.tensor])
     return {name: b for name, b in bounds.items() if op.tensors[name].role == "input"}
 
