@@ -60,12 +60,14 @@ def measure(file: str, op: str, target: str, samples: int) -> dict:
     t = time.perf_counter()
     points, rejections = space.sample(samples, seed=0)
     sample_ms = (time.perf_counter() - t) * 1e3 / max(len(points), 1)
+    # The decoder is a space of its own (nothing the sampling computed is reused), kept for all the
+    # sentences, as a decoder writing several schedules of one operator would keep it.
     decoder = Space(doc.model.ops[op], doc.primfunc(op), tgt)
     steps, lengths = [], []
     for p in points:
         tokens = S.encode(space, p)
         lengths.append(len(tokens))
-        assert S.decode(decoder, tokens) == (p.sketch, p.decisions)
+        assert S.decode(space, tokens) == (p.sketch, p.decisions)
         nt = S.NextTokens(decoder)
         for tok in tokens[len(S.prompt_tokens(decoder)):]:
             t = time.perf_counter()

@@ -363,3 +363,26 @@ def test_sketches_that_leave_an_output_short_are_excluded():
         low = api.Lowered(doc.model.ops["mmpad"], doc.model.targets["cpu"], p.mod, "random", [])
         r = api.run_lowered(low, repeat=1)
         assert r.ok, (p.sketch, p.decisions, r)
+
+
+def test_a_second_decoding_of_a_prefix_needs_no_replay():
+    """Decisions met once are remembered by (sketch, decisions before them): decoding the same
+    sentence again on CPU answers every step without starting the replay, with the same legal sets."""
+    doc, space = space_of("softmax", "softmax", "cpu")
+    (p,), _ = space.sample(1, seed=8)
+    tokens = S.encode(space, p)[len(S.prompt_tokens(space)):]
+    fresh = Space(doc.model.ops["softmax"], doc.primfunc("softmax"), doc.model.targets["cpu"])
+
+    def decode():
+        nt, seen = S.NextTokens(fresh), []
+        for tok in tokens:
+            seen.append(nt.allowed())
+            nt.push(tok)
+        return nt, seen
+
+    first, first_sets = decode()
+    assert first._thread is not None  # the first decoding replayed up to its compute-at sites
+    second, second_sets = decode()
+    assert second._thread is None and second_sets == first_sets
+    second.finish()  # and the full replay accepts the point
+    assert any(d.kind == "location" for d in fresh.point_memo.values())

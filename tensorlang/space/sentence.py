@@ -211,8 +211,10 @@ class NextTokens:
     The sketch is replayed in a background thread that stops at each decision until it is made.
     A decision whose domain cannot depend on the ones before it (Space.static_points: categoricals,
     tiles of untouched loops -- narrowed by the GPU limits where the target has them) is answered
-    at once from the sketch's table; only compute-at sites and the end of the sentence (the
-    postprocessors' verdict) hand the decisions made so far to the replay and wait for it.
+    at once from the sketch's table, and so is any decision an earlier replay met after the same
+    decisions (Space.point_memo); only the other compute-at sites and, where a
+    postprocessor could refuse, the end of the sentence hand the decisions made so far to the
+    replay and wait for it.
     """
 
     def __init__(self, space: Space):
@@ -253,6 +255,8 @@ class NextTokens:
         """Move to the next decision: from the static table when it is there, else from the replay."""
         k = len(self.decisions)
         static = self._static[k] if k < len(self._static) else None
+        if static is None and k < len(self._static):  # a decision some replay has met after this prefix
+            static = self.space.point_memo.get((self.sketch, tuple(self.decisions)))
         if static is not None:
             gpu = self.space.gpu_models[self.sketch]
             if gpu is not None and static.kind == TILE:

@@ -234,6 +234,10 @@ class Space:
         self.ctx = msx.tune_context(mod, self.tvm_target, msx.rule_kind(target_model), seed)
         self.sketches = [s.trace for s in self.ctx.generate_design_space()]
         self.postprocs = msx.postprocs_of(self.ctx)
+        # Decision points met by any replay, by (sketch, decisions before them): the schedule at that
+        # point is a function of exactly these, so a decoder writing many schedules of one operator asks
+        # TVM about each prefix once (what it saves: compute-at sites and tiles of loops the sketch made).
+        self.point_memo: dict = {}
         # GPU: per sketch, the limits that bind several tile decisions at once (None: not modelled)
         self.gpu_models: list = [self._gpu_model(k) for k in range(len(self.sketches))] if target_model.is_gpu \
             else [None] * len(self.sketches)
@@ -308,6 +312,9 @@ class Space:
             point = self.decision_point(sch, inst, inputs, attrs)
             if point is None:
                 return decision
+            if len(self.point_memo) > 100_000:
+                self.point_memo.clear()
+            self.point_memo[(sketch, tuple(made))] = point
             if gpu is not None and point.kind == TILE:
                 point = replace(point, domain=gpu.restrict(len(made), point.domain, tuple(made)))
             value = choose(point, tuple(made))
