@@ -59,7 +59,9 @@ class GpuModel:
     tile_extents: dict  # decision index -> (extent, n, max_innermost)
     max_vthread: int
     max_shared: int
-    _memo: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # restrict's answers
+    _classes: dict = field(default_factory=dict, repr=False)  # decision -> (signatures, {signature: a value})
+    _signatures: dict = field(default_factory=dict, repr=False)  # decision -> {value: signature}
 
     # ------------------------------------------------------------ evaluation
     def usage(self, group: Group, values: dict) -> tuple[int, int, int]:
@@ -119,7 +121,7 @@ class GpuModel:
         # The answer depends on the decided tiles only through their signatures: remembered, so that a
         # decoder writing many schedules of one operator pays for each distinct prefix once.
         # (every modelled tile is of an original loop -- `build` refuses others -- so its domain is fixed)
-        memo_key = (decision, len(domain), tuple((d, self._signature(d, v)) for d, v in sorted(values.items())))
+        memo_key = (decision, len(domain), tuple((d, self._signature_of(d, v)) for d, v in sorted(values.items())))
         if memo_key not in self._memo:
             if len(self._memo) > 100_000:
                 self._memo.clear()
@@ -129,15 +131,18 @@ class GpuModel:
     def _restrict(self, decision: int, domain: tuple, values: dict) -> tuple:
         # The limits read a tile only through a few products of its factors (its thread factor, its
         # vthread factor, the factors each shared footprint spans): tiles alike in those are decided once.
-        verdict: dict = {}
-        kept = []
-        for v in domain:
-            key = self._signature(decision, v)
-            if key not in verdict:
-                verdict[key] = self.feasible({**values, decision: v})
-            if verdict[key]:
-                kept.append(v)
-        return tuple(kept)
+        if decision not in self._classes:  # each domain value's signature, and one value per signature
+            keys = [self._signature(decision, v) for v in domain]
+            self._classes[decision] = (keys, {key: v for key, v in zip(keys, domain)})
+        keys, representative = self._classes[decision]
+        ok = {key for key, v in representative.items() if self.feasible({**values, decision: v})}
+        return tuple(v for v, key in zip(domain, keys) if key in ok)
+
+    def _signature_of(self, d: int, v: tuple) -> tuple:
+        table = self._signatures.setdefault(d, {})
+        if v not in table:
+            table[v] = self._signature(d, v)
+        return table[v]
 
     def _signature(self, d: int, v: tuple) -> tuple:
         key = []

@@ -246,10 +246,15 @@ class Space:
         # written): wrong kernels that MetaSchedule's runner, which checks no results, would time
         # anyway. Excluded here, index kept so that the other sketches' sentences keep their meaning.
         self.excluded: dict[int, str] = {}
-        for k in range(len(self.sketches)):
-            short = uncovered_block(self._apply(k, lambda point, made: point.domain[0], self.gpu_models[k])[0].mod)
+        self._static: dict = {}
+        for k in range(len(self.sketches)):  # one replay per sketch: the coverage check and the static table
+            recorded: list = []
+            sch, _ = self._apply(k, lambda point, made: (recorded.append(point), point.domain[0])[1])
+            short = uncovered_block(sch.mod)
             if short:
                 self.excluded[k] = short
+            static = _static_decisions(self.sketches[k], self.mod)
+            self._static[k] = [p if i in static else None for i, p in enumerate(recorded)]
         self.usable = [k for k in range(len(self.sketches)) if k not in self.excluded]
 
     def static_points(self, sketch: int) -> list:
@@ -259,13 +264,7 @@ class Space:
         re-tiled yet (its extent is the unscheduled loop's). Compute-at sites are never static. The GPU
         limits still narrow static tiles by the decisions made (`gpu_models`). NextTokens answers static
         steps from here without waiting for the replay."""
-        cache = self.__dict__.setdefault("_static", {})
-        if sketch not in cache:
-            recorded: list = []
-            self._apply(sketch, lambda point, made: (recorded.append(point), point.domain[0])[1])
-            static = _static_decisions(self.sketches[sketch], self.mod)
-            cache[sketch] = [p if k in static else None for k, p in enumerate(recorded)]
-        return cache[sketch]
+        return self._static[sketch]
 
     def refusal_free(self, sketch: int) -> bool:
         """No postprocessor refuses a point of this sketch whose decisions are in their domains: on CPU
