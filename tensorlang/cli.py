@@ -231,6 +231,8 @@ def cmd_space(args) -> int:
             print(f"# sample {n + 1}: sketch {p.sketch}, decisions {list(p.decisions)}")
             print(render_schedule(args.op, args.target, p.stmts))
         print(f"# {len(points)} distinct schedules, {rejections} rejected by the postprocessors", file=sys.stderr)
+        for k, why in sorted(space.excluded.items()):
+            print(f"# sketch {k} excluded: {why}", file=sys.stderr)
         status = 0 if len(points) == args.sample else 1
     return status
 

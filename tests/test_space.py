@@ -386,3 +386,24 @@ def test_a_second_decoding_of_a_prefix_needs_no_replay():
     assert second._thread is None and second_sets == first_sets
     second.finish()  # and the full replay accepts the point
     assert any(d.kind == "location" for d in fresh.point_memo.values())
+
+
+def test_pipelined_sketches_keep_their_pipelined_loop():
+    """TVM's InjectSoftwarePipeline fails (VerifyGPUCode refuses) when the pipelined reduction loop has
+    extent 1: in the sketches that pipeline, an outer reduction factor of 1 is not in the domain."""
+    from tvm import s_tir
+    doc = api.load_text("target g = cuda(arch = \"sm_90\")\n\nop mm(A: f32[64, 32], B: f32[32, 64]) -> C: f32[64, 64] {\n"
+                        "    C[i, j] += A[i, k] * B[k, j]\n}\n")
+    space = Space(doc.model.ops["mm"], doc.primfunc("mm"), doc.model.targets["g"])
+    pipelined = [k for k, m in enumerate(space.gpu_models) if m and any(g.pipelined_site for g in m.groups)]
+    assert pipelined
+    base = [(2, 1, 16, 2, 1), (2, 1, 2, 8, 2), (1, 1, 32), 3, 3, 5]
+    for k in pipelined:
+        model = space.gpu_models[k]
+        assert (1, 1, 32) not in model.restrict(2, factorizations(32, 3, 64), tuple(base[:2]))
+        assert (2, 1, 16) in model.restrict(2, factorizations(32, 3, 64), tuple(base[:2]))
+        sch, _ = space._apply(k, lambda point, made: base[len(made)])  # unrestricted: the refused point
+        verify = [p for p in space.postprocs if type(p).__name__ == "VerifyGPUCode"][0]
+        with space.ctx.target:
+            assert all(p.apply(sch) for p in space.postprocs if p is not verify)
+            assert not verify.apply(s_tir.Schedule(sch.mod))

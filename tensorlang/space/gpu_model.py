@@ -51,6 +51,9 @@ class Group:
     vthreads: list = field(default_factory=list)
     buffers: list = field(default_factory=list)
     decisions: set = field(default_factory=set)  # tile decisions the limits depend on
+    # a software-pipelined block: the loop its shared caches are computed at, as (decision, position)
+    # factors -- TVM's InjectSoftwarePipeline fails on a pipelined loop of extent 1
+    pipelined_site: list = field(default_factory=list)
 
 
 @dataclass
@@ -109,7 +112,8 @@ class GpuModel:
             trial = dict(values)
             trial.update(zip(open_, combo))
             threads, vthreads, shared = self.usage(g, trial)
-            if g.low <= threads <= g.high and vthreads <= self.max_vthread and shared <= self.max_shared:
+            if g.low <= threads <= g.high and vthreads <= self.max_vthread and shared <= self.max_shared \
+                    and math.prod(trial[d][p] for d, p in g.pipelined_site) >= (2 if g.pipelined_site else 1):
                 return True
         return False
 
@@ -148,6 +152,7 @@ class GpuModel:
         key = []
         for g in self.groups:
             key += [v[p] for dd, p in g.threads if dd == d] + [v[p] for dd, p in g.vthreads if dd == d]
+            key += [v[p] for dd, p in g.pipelined_site if dd == d]
             for b in g.buffers:
                 for _, terms in b.dims:
                     key += [math.prod(v[p] for p in positions) for dd, positions, _ in terms if dd == d]
@@ -271,6 +276,10 @@ def build(trace, mod, tvm_target, replayed_mod, max_vthread: int = 8) -> GpuMode
             raise Unmodelled(f"a shared cache of {consumer} without a compute-at site in the tiled nest")
         g.buffers.append(_buffer(consumer, read_index, site, order[consumer], binds, loop_terms, tiled,
                                  stages.get(consumer, 1), mod, replayed_mod))
+        if stages.get(consumer, 1) > 1:
+            if loop_terms.get(site) is None:
+                raise Unmodelled("a pipelined loop with an untracked extent")
+            g.pipelined_site = list(loop_terms[site])
     attrs = tvm_target.attrs
     return GpuModel(groups, tile_extents, max_vthread, int(attrs.get("max_shared_memory_per_block", 49152)))
 

@@ -166,7 +166,7 @@ def decision_tokens(kind: str, value) -> list[str]:
 
 def encode(space: Space, point: Point, kinds: list[str] | None = None) -> list[str]:
     """The whole sentence of a point. `kinds` (one per decision) saves a replay when known."""
-    kinds = kinds or decision_kinds(space, point)
+    kinds = decision_kinds(space, point) if kinds is None else kinds
     out = prompt_tokens(space) + ["SKETCH"] + int_tokens(point.sketch) + ["DECISIONS"]
     for kind, value in zip(kinds, point.decisions):
         out += [{"tile": "TILE", "categorical": "CAT", "location": "LOC"}[kind]] + decision_tokens(kind, value)

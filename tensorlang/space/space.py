@@ -255,6 +255,8 @@ class Space:
                 self.excluded[k] = short
             static = _static_decisions(self.sketches[k], self.mod)
             self._static[k] = [p if i in static else None for i, p in enumerate(recorded)]
+        if target_model.is_gpu:
+            self._check_gpu_models()
         self.usable = [k for k in range(len(self.sketches)) if k not in self.excluded]
 
     def static_points(self, sketch: int) -> list:
@@ -265,6 +267,23 @@ class Space:
         limits still narrow static tiles by the decisions made (`gpu_models`). NextTokens answers static
         steps from here without waiting for the replay."""
         return self._static[sketch]
+
+    def _check_gpu_models(self) -> None:
+        """Replay each GPU sketch once, postprocessors included, within its model's domains. A refusal
+        means the model misses a limit of that sketch (one that is not a tiled block's: the model then
+        goes, and the postprocessors alone decide its points, refusals counted) -- or, for a sketch
+        with no decisions at all, that the sketch has no legal point (excluded)."""
+        for k in range(len(self.sketches)):
+            if k in self.excluded or self.gpu_models[k] is None:
+                continue
+            made: list = []
+            try:
+                self.replay(k, lambda point, prefix: (made.append(1), point.domain[0])[1], convert=False)
+            except Infeasible as e:
+                if made:
+                    self.gpu_models[k] = None
+                else:
+                    self.excluded[k] = f"no legal point: {e}"
 
     def refusal_free(self, sketch: int) -> bool:
         """No postprocessor refuses a point of this sketch whose decisions are in their domains: on CPU
@@ -411,6 +430,8 @@ class Space:
         rng = random.Random(seed)
         seen, points, rejections = set(), [], 0
         attempts = 0
+        if not self.usable:  # every sketch excluded: the operator has no legal schedule in the space
+            return [], 0
         while len(points) < n and attempts < 50 * n + 100:
             attempts += 1
             sketch = rng.choice(self.usable)
@@ -439,6 +460,8 @@ class Space:
         rng = random.Random(seed)
         seen, out = set(), []
         attempts = 0
+        if not self.usable:
+            return []
         # a small space (a reshape has one point) would otherwise take 50 n replays to give up
         bound, _ = self.count(limit=0)
         cap = min(50 * n + 100, 30 * bound + 30)
