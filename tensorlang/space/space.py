@@ -284,6 +284,13 @@ class Space:
                     self.gpu_models[k] = None
                 else:
                     self.excluded[k] = f"no legal point: {e}"
+            except IndexError:  # the model leaves some decision no value: is the sketch really dead?
+                model, self.gpu_models[k] = self.gpu_models[k], None
+                try:
+                    self.replay(k, lambda point, prefix: point.domain[0], convert=False)
+                except Infeasible as e:  # TVM agrees at least on this point; keep the model's verdict
+                    self.gpu_models[k] = model
+                    self.excluded[k] = f"no legal point within the GPU limits: {e}"
 
     def refusal_free(self, sketch: int) -> bool:
         """No postprocessor refuses a point of this sketch whose decisions are in their domains: on CPU
