@@ -245,8 +245,8 @@ def build(trace, mod, tvm_target, replayed_mod, max_vthread: int = 8) -> GpuMode
             sites[ins[0]] = ins[1]
 
     extents = _original_extents(mod)
-    from tensorlang.space.space import _static_decisions
-    static = _static_decisions(trace, mod)  # tiles of loops nothing has moved: their extents are the original
+    from tensorlang.space.space import static_decisions
+    static = static_decisions(trace, mod)  # tiles of loops nothing has moved: their extents are the original
     for d, (_, n, max_inner, (b, i)) in list(tile_extents.items()):
         if (b, i) not in extents or d not in static:
             raise Unmodelled(f"loop {i} of block {b} is not as in the unscheduled function when tiled")

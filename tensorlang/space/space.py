@@ -144,7 +144,7 @@ def uncovered_block(mod) -> str:
     return ""
 
 
-def _static_decisions(trace, mod) -> set[int]:
+def static_decisions(trace, mod) -> set[int]:
     """The indices of a trace's decisions whose domains do not depend on earlier decisions."""
     from tensorlang.lower import tir
     original = {r.block.name_hint for r, _ in tir.block_realizes(mod["main"].body)}
@@ -253,7 +253,7 @@ class Space:
             short = uncovered_block(sch.mod)
             if short:
                 self.excluded[k] = short
-            static = _static_decisions(self.sketches[k], self.mod)
+            static = static_decisions(self.sketches[k], self.mod)
             self._static[k] = [p if i in static else None for i, p in enumerate(recorded)]
         if target_model.is_gpu:
             self._check_gpu_models()
