@@ -252,7 +252,7 @@ def test_next_tokens_are_exactly_the_domain(file, op, target):
         n = len(S.prompt_tokens(space))
         assert nt.allowed() == {"SKETCH"}
         nt.push("SKETCH")
-        assert nt.allowed() == {str(k) for k in range(len(space.sketches))}
+        assert nt.allowed() == {str(k) for k in space.usable}
         nt.push(str(p.sketch))
         nt.push("DECISIONS")
         for point, value in zip(domains, p.decisions):
