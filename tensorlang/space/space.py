@@ -239,17 +239,18 @@ class Space:
         # TVM about each prefix once (what it saves: compute-at sites and tiles of loops the sketch made).
         self.point_memo: dict = {}
         # GPU: per sketch, the limits that bind several tile decisions at once (None: not modelled)
-        self.gpu_models: list = [self._gpu_model(k) for k in range(len(self.sketches))] if target_model.is_gpu \
-            else [None] * len(self.sketches)
+        self.gpu_models: list = [None] * len(self.sketches)
         # Sketches whose schedules leave a block short of its iteration domain (TVM's reverse_compute_at
         # of a padding epilogue covers only what the tiled producer feeds, so the border is never
         # written): wrong kernels that MetaSchedule's runner, which checks no results, would time
         # anyway. Excluded here, index kept so that the other sketches' sentences keep their meaning.
         self.excluded: dict[int, str] = {}
         self._static: dict = {}
-        for k in range(len(self.sketches)):  # one replay per sketch: the coverage check and the static table
+        for k in range(len(self.sketches)):  # one replay per sketch: coverage, static table, GPU model
             recorded: list = []
             sch, _ = self._apply(k, lambda point, made: (recorded.append(point), point.domain[0])[1])
+            if target_model.is_gpu:
+                self.gpu_models[k] = self._gpu_model(k, sch.mod)
             short = uncovered_block(sch.mod)
             if short:
                 self.excluded[k] = short
@@ -297,12 +298,11 @@ class Space:
         none does (the tests count zero rejections), on GPU the modelled sketches carry the limits."""
         return not self.target.is_gpu or self.gpu_models[sketch] is not None
 
-    def _gpu_model(self, sketch: int):
+    def _gpu_model(self, sketch: int, replayed_mod):
+        from tensorlang.analysis.targets import gpu_limits
         from tensorlang.space import gpu_model
         try:
-            sch, _ = self._apply(sketch, lambda point, made: point.domain[0])
-            from tensorlang.analysis.targets import gpu_limits
-            return gpu_model.build(self.sketches[sketch], self.mod, self.tvm_target, sch.mod,
+            return gpu_model.build(self.sketches[sketch], self.mod, self.tvm_target, replayed_mod,
                                    gpu_limits(self.target.params)["max_vthread"])
         except gpu_model.Unmodelled:
             return None
