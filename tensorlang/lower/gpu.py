@@ -150,7 +150,7 @@ def _factor_value(factors: list, extent: int, i: int) -> int:
 def _split_fixes(factors: list, extent: int, i: int, allowed: int) -> list[str]:
     """Factor lists for the split with factor i at most `allowed`, nearest first: the others kept
     where a None factor absorbs the change, else the nearest perfect factorizations."""
-    from tensorlang.lower.schedule import _list, divisors
+    from tensorlang.lower.schedule import _list, divisors, factorizations_by_distance
     value = _factor_value(factors, extent, i)
     if None in factors and factors[i] is not None:
         others = math.prod(f for f in factors if f is not None) // value
@@ -158,27 +158,8 @@ def _split_fixes(factors: list, extent: int, i: int, allowed: int) -> list[str]:
                         key=lambda d: abs(math.log(d) - math.log(value)))[:3] or [allowed]
         return [_list(factors[:i] + [d] + factors[i + 1:]) for d in values]
     if None not in factors:
-        return _nearest_within(extent, factors, i, allowed)
+        return [_list(c) for c in factorizations_by_distance(extent, factors, lambda c: c[i] <= allowed)[:3]]
     return []
-
-
-def _nearest_within(extent: int, factors: list[int], i: int, allowed: int, limit: int = 3) -> list[str]:
-    """Perfect factorizations of `extent` with factor i at most `allowed`, nearest to `factors`."""
-    from tensorlang.lower.schedule import _list, divisors
-    n, best = len(factors), []
-
-    def rec(prefix, rest):
-        if len(prefix) == n - 1:
-            cand = prefix + [rest]
-            if cand[i] <= allowed:
-                best.append((sum(abs(math.log(a) - math.log(b)) for a, b in zip(cand, factors)), cand))
-            return
-        for d in divisors(rest):
-            rec(prefix + [d], rest // d)
-
-    if n <= 4 and extent <= 1 << 16:
-        rec([], extent)
-    return [_list(c) for _, c in sorted(best)[:limit]]
 
 
 def _dtype_bytes(dtype) -> int:

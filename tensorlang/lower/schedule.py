@@ -411,14 +411,22 @@ def divisors(n: int) -> list[int]:
 
 def nearest_factorizations(extent: int, factors: list[int], limit: int = 3) -> list[str]:
     """Perfect factorizations of `extent` closest to `factors` (log distance), as source text."""
+    out = [_list(c) for c in factorizations_by_distance(extent, factors)[:limit]]
+    return out or [_list([None] + factors[1:])]
+
+
+def factorizations_by_distance(extent: int, factors: list[int], keep=lambda cand: True) -> list[tuple[int, ...]]:
+    """The perfect factorizations of `extent` into len(factors) factors that `keep` accepts, nearest to
+    `factors` first (log distance); none when there are too many to list (over 4 factors, or an
+    extent over 65536)."""
     n = len(factors)
     best: list[tuple[float, tuple[int, ...]]] = []
 
     def rec(prefix, rest):
         if len(prefix) == n - 1:
             cand = tuple(prefix) + (rest,)
-            dist = sum(abs(math.log(a) - math.log(b)) for a, b in zip(cand, factors))
-            best.append((dist, cand))
+            if keep(cand):
+                best.append((sum(abs(math.log(a) - math.log(b)) for a, b in zip(cand, factors)), cand))
             return
         for d in divisors(rest):
             rec(prefix + [d], rest // d)
@@ -426,8 +434,7 @@ def nearest_factorizations(extent: int, factors: list[int], limit: int = 3) -> l
     if n <= 4 and extent <= 1 << 16:
         rec([], extent)
     best.sort()
-    out = [_list(c) for _, c in best[:limit]]
-    return out or [_list([None] + factors[1:])]
+    return [c for _, c in best]
 
 
 def _nest_of(sch, rv):
