@@ -25,6 +25,19 @@ print("done", flush=True)
 """
 
 
+ROWSUM = ("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
+          "    S[i] += X[i, k]\n}\n")
+
+
+def rowsum_tasks(tmp_path):
+    """A directory holding one small reduction task, and an environment whose measurement lock is the
+    test's own (a background collector's lock must not make the test wait)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "rowsum.tsched").write_text(ROWSUM)
+    return tasks, dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
+
+
 def _drain(p, acknowledged):
     for line in p.stdout:
         if line.strip() and line.strip() != "done":
@@ -58,14 +71,10 @@ def test_dataset_survives_kill_minus_nine_at_random_points(tmp_path):
 
 
 def test_collect_resumes_after_kills_without_duplicates(tmp_path):
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "rowsum.tsched").write_text("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
-                                         "    S[i] += X[i, k]\n}\n")
+    tasks, env = rowsum_tasks(tmp_path)
     out = tmp_path / "measured"
     cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "6",
            "--batch", "2", "--repeat", "2", "-o", str(out)]
-    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
     for delay in (9.0, 13.0):
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                              start_new_session=True)
@@ -95,14 +104,10 @@ def test_data_stats_json_keys(tmp_path):
 def test_collect_measures_metaschedule_candidates_once(tmp_path):
     """--metaschedule N: MetaSchedule's best schedules are located in the space, measured and recorded;
     a rerun neither searches again nor measures anything twice."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "rowsum.tsched").write_text("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
-                                         "    S[i] += X[i, k]\n}\n")
+    tasks, env = rowsum_tasks(tmp_path)
     out = tmp_path / "measured"
     cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "1",
            "--repeat", "2", "--metaschedule", "4", "-o", str(out)]
-    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     records = list(dataset.read(out))
@@ -141,12 +146,8 @@ def test_pretrain_sentences_decode_to_legal_points_and_grow_on_rerun(tmp_path):
 def test_data_best_finds_the_workload_under_other_names(tmp_path):
     """best-K is keyed by the operator's name-independent form: a renamed copy of a measured task gets
     its fastest schedules, rendered with its own names."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "rowsum.tsched").write_text("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
-                                         "    S[i] += X[i, k]\n}\n")
+    tasks, env = rowsum_tasks(tmp_path)
     out = tmp_path / "measured"
-    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
     subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "3",
                     "--repeat", "2", "-o", str(out)], check=True, capture_output=True, env=env, timeout=600)
     renamed = tmp_path / "renamed.tsched"

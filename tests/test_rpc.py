@@ -1,5 +1,4 @@
 """Scale-out: `tensorlang collect --rpc` times kernels on TVM RPC servers found through a tracker."""
-import os
 import subprocess
 import sys
 import time
@@ -7,9 +6,8 @@ import time
 import pytest
 
 from tensorlang.data import dataset
+from test_collect import rowsum_tasks
 
-TASK = ("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[64] {\n"
-        "    S[i] += X[i, k]\n}\n")
 
 
 @pytest.fixture
@@ -35,14 +33,11 @@ def tracker_with_two_servers():
 
 def test_collect_over_rpc_uses_both_servers(tmp_path, tracker_with_two_servers):
     tracker, servers = tracker_with_two_servers
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "rowsum.tsched").write_text(TASK)
+    tasks, env = rowsum_tasks(tmp_path)
     out = tmp_path / "measured"
     cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "6",
            "--batch", "6", "--repeat", "2", "-o", str(out), "--rpc", f"127.0.0.1:{tracker.port}:tl-test",
            "--rpc-sessions", "2"]
-    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     records = list(dataset.read(out))
