@@ -290,8 +290,7 @@ def cmd_gpu_ingest(args) -> int:
 
 def cmd_data_stats(args) -> int:
     from tensorlang.data.collect import stats
-    measured = args.measured if args.measured is not None else sorted(
-        str(p) for p in Path("data/measured").glob("*") if p.is_dir())
+    measured = _measured_dirs(args)
     pre = [p for p in sorted(Path(args.pretrain).glob("*")) if p.is_dir()] if Path(args.pretrain).exists() else []
     result = stats(measured)
     result["pretrain_sentences"] = sum(stats([], p)["pretrain_sentences"] for p in pre)
@@ -307,10 +306,16 @@ def cmd_data_stats(args) -> int:
     return 0
 
 
+def _measured_dirs(args) -> list[str]:
+    """--measured, or every dataset under data/measured/."""
+    if args.measured is not None:
+        return args.measured
+    return sorted(str(p) for p in Path("data/measured").glob("*") if p.is_dir())
+
+
 def cmd_data_best(args) -> int:
     from tensorlang.data.collect import best_k, op_hash
-    measured = args.measured if args.measured is not None else sorted(
-        str(p) for p in Path("data/measured").glob("*") if p.is_dir())
+    measured = _measured_dirs(args)
     doc = api.load(args.file)
     op = args.op or (next(iter(doc.model.ops)) if len(doc.model.ops) == 1 else None)
     if op not in doc.model.ops:
