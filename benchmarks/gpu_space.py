@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tensorlang import api  # noqa: E402
-from tensorlang.bench.machine import describe  # noqa: E402
+from tensorlang.machine import describe  # noqa: E402
 from tensorlang.space.space import Space  # noqa: E402
 
 

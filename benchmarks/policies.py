@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     from tensorlang.bench.command import (conditions, first_error, format_conditions, format_table,
                                           generate_candidate, row_of, speedups)
     from tensorlang.bench.lock import lock_path
-    from tensorlang.bench.machine import describe
+    from tensorlang.machine import describe
     from tensorlang.lower.targets import host_cores
 
     started = time.time()

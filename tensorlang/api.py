@@ -186,11 +186,14 @@ def run_lowered(low: Lowered, repeat: int = 5, seed: int = 0) -> RunResult:
     from tensorlang import interp
     from tensorlang.lower.build import BuildError, compile_module
     from tensorlang.lower.measure import time_function
-    from tensorlang.lower.targets import tvm_target
+    from tensorlang.lower.targets import cannot_run, tvm_target
 
     op = low.op
-    inputs = interp.random_inputs(op, seed)
     nan = float("nan")
+    refusal = cannot_run(low.target)  # a kernel for a CPU this host lacks would die of SIGILL in this process
+    if refusal:
+        return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, refusal)
+    inputs = interp.random_inputs(op, seed)
     try:
         lib = compile_module(low.mod, tvm_target(low.target))
     except BuildError as e:

@@ -150,13 +150,10 @@ def cmd_run(args) -> int:
     if target.is_gpu:
         return _fail(f"tensorlang run: target '{args.target}' is a GPU target; run executes on this CPU "
                      f"(use `lower --emit cuda|ptx` for GPU kernels)")
-    from tensorlang.lower.targets import missing_host_features, mcpu_of
-    dtypes = {t.dtype for name in _ops(doc, args.op) for t in doc.model.ops[name].tensors.values()}
-    missing = missing_host_features(target, dtypes)
-    if missing:
-        print(f"{doc.path}:{target.span.line}:{target.span.col}: error: TS405 target '{args.target}' "
-              f"(mcpu={mcpu_of(target)}) needs {', '.join(missing)}, which this host lacks; refusing to run "
-              f"(`tensorlang lower` still works)", file=sys.stderr)
+    from tensorlang.lower.targets import cannot_run
+    refusal = cannot_run(target)
+    if refusal:
+        print(f"{doc.path}:{target.span.line}:{target.span.col}: error: {refusal}", file=sys.stderr)
         return 1
     rows, status = [], 0
     for name in _ops(doc, args.op):
@@ -299,7 +296,7 @@ def cmd_data_stats(args) -> int:
         return 0
     print(f"tasks: {result['tasks']}   measured records: {result['measured_records']}   "
           f"pre-training sentences: {result['pretrain_sentences']}")
-    for k in ("per_target", "per_model", "per_status"):
+    for k in ("per_host", "per_target", "per_model", "per_status"):
         print(f"{k.replace('_', ' ')}: " + ", ".join(f"{a} {b}" for a, b in sorted(result[k].items())))
     for task, b in sorted(result["best"].items()):
         print(f"  {task:<50} best {b['median_s'] * 1e3:.4f} ms ({b['policy']})")
@@ -332,7 +329,8 @@ def cmd_data_best(args) -> int:
     for rank, r in enumerate(records, 1):
         decisions = [tuple(d) if isinstance(d, list) else d for d in r["decisions"]]
         point = space.replay(r["sketch"], lambda _, made: decisions[len(made)])
-        print(f"# {rank}. {r['median_s'] * 1e3:.4f} ms  ({r['policy']}, machine {r['machine']}, measured for "
+        timed_on = (r.get("host") or {}).get("cpu") or r["machine"]
+        print(f"# {rank}. {r['median_s'] * 1e3:.4f} ms  ({r['policy']}, timed on {timed_on}, measured for "
               f"{r['task']['file']})")
         print(render_schedule(op, args.target, point.stmts))
     return 0
@@ -344,7 +342,7 @@ def cmd_demo(args) -> int:
     if not files:
         return _fail("tensorlang demo: no example files found")
     from tensorlang.lower.build import BuildError, emit
-    from tensorlang.lower.targets import missing_host_features, tvm_target
+    from tensorlang.lower.targets import cannot_run, tvm_target
     rows, notes, status = [], [], 0
     for path in files:
         doc = _load(path)
@@ -357,9 +355,9 @@ def cmd_demo(args) -> int:
         gpu = [t for t in doc.model.targets.values() if t.is_gpu and not t.builtin]
         for name in doc.model.ops:
             for t in cpu:
-                dtypes = {x.dtype for x in doc.model.ops[name].tensors.values()}
-                if missing_host_features(t, dtypes):
-                    notes.append(f"{name} on {t.name}: skipped, this host lacks {missing_host_features(t, dtypes)}")
+                refusal = cannot_run(t)
+                if refusal:
+                    notes.append(f"{name} on {t.name}: skipped: {refusal}")
                     continue
                 low = api.lower_op(doc, name, t.name)
                 if not low.ok:
@@ -505,6 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("-k", type=int, default=5)
     db.add_argument("--measured", nargs="*", default=None, help="measured dataset dirs (default: data/measured/*)")
     db.set_defaults(func=cmd_data_best)
+    dr = da_sub.add_parser("relabel", help="name the host CPU in records made before records did (keeps key_v1)")
+    dr.add_argument("dirs", nargs="+", help="measured dataset dirs")
+    dr.add_argument("--timed-on", required=True, help="LLVM name of the CPU that timed them, e.g. znver4")
+    dr.add_argument("--cores", type=int, required=True, help="its usable cores")
+    dr.add_argument("--model", default="", help="its vendor model name, e.g. 'AMD EPYC'")
+    dr.add_argument("--old-machine", default=None, help="re-label only the records of this old machine id")
+    dr.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["main_relabel"]).main_relabel(args))
 
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())
@@ -536,6 +541,10 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError as e:  # not a bug: too large for this machine
+        print(f"tensorlang: error: TS407 out of memory ({type(e).__name__}: {e}): free memory, or use a smaller "
+              f"shape of the operator", file=sys.stderr)
+        return 1
     except Exception as e:  # a bug of ours: say so plainly, never a traceback
         print(f"tensorlang: error: TS900 internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,9 @@ import time
 
 
 from tensorlang.data import dataset
-from tensorlang.data.collect import stats
+from tensorlang import machine
+from tensorlang.data.collect import record_key, stats
+from tensorlang.machine import HOST_ENV
 
 WRITER = r"""
 import sys
@@ -31,11 +33,14 @@ ROWSUM = ("target cpu = llvm(cores = 1)\n\nop rowsum(X: f32[64, 256]) -> S: f32[
 
 def rowsum_tasks(tmp_path):
     """A directory holding one small reduction task, and an environment whose measurement lock is the
-    test's own (a background collector's lock must not make the test wait)."""
+    test's own (a background collector's lock must not make the test wait) and that measures as the real
+    host (collect refuses to record under the host override: test_machine.py)."""
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "rowsum.tsched").write_text(ROWSUM)
-    return tasks, dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
+    env = dict(os.environ, TENSORLANG_MEASURE_LOCK=str(tmp_path / "lock"))
+    env.pop(HOST_ENV, None)
+    return tasks, env
 
 
 def _drain(p, acknowledged):
@@ -88,6 +93,10 @@ def test_collect_resumes_after_kills_without_duplicates(tmp_path):
     assert len(keys) == len(set(keys)) == 6
     assert {x["status"] for x in records} == {"ok"}
     assert all(x["sentence"].startswith("grammar:1 vocab:1 space:1") for x in records)
+    real = machine._host(None)  # each record names the CPU that timed it and the one it was built for
+    assert {x["machine"] for x in records} == {x["host"]["id"] for x in records} == {real.id}
+    assert {x["host"]["cpu"] for x in records} == {x["compiled_for"] for x in records} == {real.name}
+    assert all(x["key"] == record_key(x["task"]["hash"], "cpu", real.id, x["sketch"], x["decisions"]) for x in records)
     s = stats([out])
     assert s["tasks"] == 1 and s["measured_records"] == 6 and "pretrain_sentences" in s
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -162,3 +171,33 @@ def test_data_best_finds_the_workload_under_other_names(tmp_path):
     import re
     body = "".join(line for line in r.stdout.splitlines(True) if not line.startswith("#"))
     assert re.search(r"\bT[.,)]", body) and not re.search(r"\b[SX][.,)]", body)  # this file's names only
+
+
+def test_relabel_names_the_host_and_keeps_the_old_key(tmp_path):
+    """Records made before records named their host get the id of the CPU that timed them, a key made
+    with it, `host` and `compiled_for`; the old key stays as key_v1; a second run changes nothing."""
+    from tensorlang.data.relabel import described_cpu, relabel
+    old_machine = "8e794705f1fd"
+    root = tmp_path / "m"
+    sentences = ["grammar:1 TARGET llvm cpu:znver4 cores 2 OP", "grammar:1 TARGET llvm cpu:sapphirerapids cores 2 OP"]
+    with dataset.Writer(root, shard_records=2) as w:
+        for i in range(5):
+            d = [[1, i + 1], 2, -2]
+            w.append({"key": record_key("t0", "cpu", old_machine, 0, d), "task": {"file": "f", "op": "o", "hash": "t0"},
+                      "target": "cpu", "machine": old_machine, "sketch": 0, "decisions": d, "status": "ok",
+                      "median_s": 1e-3 * (i + 1), "policy": "random", "sentence": sentences[i % 2]})
+        w.close(compress_open=True)
+    (root / "metaschedule-32.done").write_text(f"t0|cpu|{old_machine}\n")
+    zen4 = described_cpu("znver4", 2, "AMD EPYC")
+    assert relabel(root, zen4, old_machine) == {"relabelled": 5, "unchanged": 0, "machine": zen4.id}
+    recs = list(dataset.read(root))
+    assert len(recs) == 5 and zen4.id != old_machine
+    for r in recs:
+        assert r["key_v1"] == record_key("t0", "cpu", old_machine, 0, r["decisions"])
+        assert r["key"] == record_key("t0", "cpu", zen4.id, 0, r["decisions"])
+        assert r["machine"] == r["host"]["id"] == zen4.id and r["host"]["cpu"] == "znver4"
+    assert sorted(r["compiled_for"] for r in recs) == ["sapphirerapids"] * 2 + ["znver4"] * 3
+    assert (root / "metaschedule-32.done").read_text() == f"t0|cpu|{zen4.id}\n"
+    assert stats([root])["per_host"] == {f"znver4 ({zen4.id})": 5}
+    assert relabel(root, zen4) == {"relabelled": 0, "unchanged": 5, "machine": zen4.id}
+    assert sorted(r["key"] for r in dataset.read(root)) == sorted(r["key"] for r in recs)

@@ -30,11 +30,6 @@ from tensorlang.analysis import dtypes as D
 from tensorlang.analysis.targets import gpu_limits
 from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Space
 
-# Cache sizes per core (KiB) by CPU name, for the hardware description's defaults.
-CPU_CACHES_KB = {"sapphirerapids": (48, 2048), "icelake-server": (48, 1280), "cascadelake": (32, 1024),
-                 "skylake-avx512": (32, 1024), "znver4": (32, 1024), "znver3": (32, 512), "znver2": (32, 512)}
-
-
 @dataclass(frozen=True)
 class Hardware:
     """What the heuristic knows of the machine."""
@@ -56,12 +51,11 @@ class Hardware:
             return Hardware("gpu", sms=lim["sms"], max_threads=lim["max_threads_per_block"],
                             shared_bytes=lim["max_shared_memory_per_block"], registers=lim["registers_per_block"],
                             warp=lim["warp_size"])
-        from tensorlang.lower.targets import host_cores, mcpu_of, vector_bits
-        mcpu = mcpu_of(target_model)
-        l1, l2 = CPU_CACHES_KB.get(mcpu, (32, 1024))
-        p = target_model.params
-        return Hardware("cpu", cores=p.get("cores") or host_cores(), vector_bytes=vector_bits(target_model) // 8,
-                        l1_bytes=p.get("l1_kb", l1) * 1024, l2_bytes=p.get("l2_kb", l2) * 1024)
+        from tensorlang.lower.targets import vector_bits
+        from tensorlang.machine import target_cpu
+        cpu = target_cpu(target_model.params)  # the host's caches, or the target's parameters
+        return Hardware("cpu", cores=cpu.cores, vector_bytes=vector_bits(target_model) // 8,
+                        l1_bytes=cpu.l1d_bytes, l2_bytes=cpu.l2_bytes)
 
 
 def _divisors(n: int) -> list[int]:

@@ -20,7 +20,9 @@ two or more timed policies, the speed-up matrix. `--json OUT` writes:
   results         one row per (operator, policy):
                     op, target, policy (as asked), generated_by (the policy that made the schedule:
                     auto -> roller), status (ok | wrong | schedule-error | build-error | crash |
-                    timeout | error | no-schedule), message, correct (null if never run), max_abs,
+                    timeout | error | no-schedule | unchecked: timed, but the NumPy reference could not
+                    be computed, TS407/TS408 in message), message, correct (null if never run or
+                    unchecked), max_abs,
                     max_rel, median_ms, min_ms, max_ms, times_ms (one per round), gflops,
                     generation_s (making the schedule; null for a written one), schedule_s (applying
                     the .tsched text), compile_s (tvm.compile + export), speedup ({other policy:
@@ -235,10 +237,13 @@ def cmd_bench(args) -> int:
     from tensorlang import diagnostics as Dg
     from tensorlang.bench.harness import Result, measure_candidates
     from tensorlang.bench.lock import lock_path
-    from tensorlang.bench.machine import describe
+    from tensorlang.machine import describe, recording_refused
 
     started = time.time()
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+    if args.json and recording_refused():
+        print(f"tensorlang bench: not writing {args.json}: {recording_refused()}", file=sys.stderr)
+        return 2
     try:
         doc = api.load(args.file)
     except OSError as e:
@@ -265,12 +270,10 @@ def cmd_bench(args) -> int:
         print("tensorlang bench: --repeat must be at least 1", file=sys.stderr)
         return 2
     ops = [args.op] if args.op else list(doc.model.ops)
-    from tensorlang.lower.targets import host_cores, missing_host_features, mcpu_of
-    dtypes = {t.dtype for name in ops for t in doc.model.ops[name].tensors.values()}
-    missing = missing_host_features(target, dtypes)
-    if missing:
-        print(f"{doc.path}:{target.span.line}:{target.span.col}: error: TS405 target '{args.target}' "
-              f"(mcpu={mcpu_of(target)}) needs {', '.join(missing)}, which this host lacks", file=sys.stderr)
+    from tensorlang.lower.targets import cannot_run, host_cores
+    refusal = cannot_run(target)
+    if refusal:
+        print(f"{doc.path}:{target.span.line}:{target.span.col}: error: {refusal}", file=sys.stderr)
         return 1
     threads = args.threads or target.params.get("cores") or host_cores()
 

@@ -325,6 +325,11 @@ class Harness:
         res.op, res.target, res.flops = it.op.name, it.target.name, it.op.flops
         if it.target.is_gpu:
             res.status, res.message = ERROR, "measuring needs a CPU target (GPU kernels cannot run here)"
+        elif self.rpc is None and not isinstance(c.schedule, PythonKernel):
+            from tensorlang.lower.targets import cannot_run
+            refusal = cannot_run(it.target)  # built for a CPU this host lacks: it could only die of SIGILL
+            if refusal:
+                res.status, res.message = ERROR, refusal
         self._n += 1
         it.key = f"c{self._n}"
         it.slot = "python" if isinstance(c.schedule, PythonKernel) else "tvm"

@@ -65,10 +65,15 @@ def op_hash(op) -> str:
     return hashlib.sha256(" ".join(S.op_tokens(op)).encode()).hexdigest()[:16]
 
 
-def machine_id() -> str:
-    from tensorlang.bench.machine import describe
-    d = describe()
-    return hashlib.sha256(f"{d.get('cpu')}|{d.get('usable_cpus') or os.cpu_count()}".encode()).hexdigest()[:12]
+def record_key(tkey: str, target: str, machine: str, sketch: int, decisions) -> str:
+    """What makes a measured record unique: the task, the target, the machine that timed it, the point."""
+    decisions = tuple(tuple(d) if isinstance(d, (list, tuple)) else d for d in decisions)
+    return hashlib.sha256(f"{tkey}|{target}|{machine}|{sketch}|{decisions}".encode()).hexdigest()
+
+
+def host_record(cpu) -> dict:
+    """The host that timed a record, as the record names it."""
+    return {"id": cpu.id, "cpu": cpu.name, "cores": cpu.cores, "simd": cpu.simd, "model": cpu.model}
 
 
 def yield_to_measurements() -> None:
@@ -125,6 +130,10 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
     return out
 
 
+class CollectRefused(Exception):
+    """Measurements must not be recorded now (see machine.recording_refused)."""
+
+
 class _Done:
     """Task keys whose MetaSchedule search is finished (its candidates are in `pending` from then on):
     an append-only file next to the shards, so a rerun does not search again."""
@@ -153,11 +162,19 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     from tensorlang.space import sentence as S
     from tensorlang.space.space import Space
 
+    from tensorlang.lower.targets import cannot_run, mcpu_of
+    from tensorlang.machine import host, recording_refused
+
+    refusal = recording_refused()
+    if refusal and rpc is None:
+        raise CollectRefused(refusal)
     start = time.time()
     deadline = start + budget_min * 60 if budget_min else None
     trials = trials or 1 << 30
     writer = Writer(out_dir)
-    machine = f"rpc:{rpc.key}" if rpc else machine_id()
+    # RPC servers are other machines: their key names them (this host does not know their CPU).
+    timed_on = {"id": f"rpc:{rpc.key}", "rpc": rpc.key} if rpc else host_record(host())
+    machine = timed_on["id"]
     tasks = find_tasks(paths)
     ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
     written = skipped = 0
@@ -171,6 +188,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             if tgt is None:
                 log(f"  {task.label}: no target '{target}' in the file; skipped")
                 continue
+            refusal = None if rpc else cannot_run(tgt)
+            if refusal:
+                log(f"  {task.label}: skipped: {refusal}")
+                continue
+            compiled_for = tgt.params.get("arch", "sm_90") if tgt.is_gpu else mcpu_of(tgt)
             yield_to_measurements()
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
@@ -184,7 +206,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 except Exception as e:  # TVM failing on one task must not stop the collection
                     log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
             for policy, point in cands:
-                key = hashlib.sha256(f"{tkey}|{target}|{machine}|{point.sketch}|{point.decisions}".encode()).hexdigest()
+                key = record_key(tkey, target, machine, point.sketch, point.decisions)
                 if key in writer.keys or key in pending_keys:
                     skipped += 1
                     continue
@@ -208,7 +230,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     sentence = S.encode(space, point)
                     record = {
                         "key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
-                        "target": target, "machine": machine, "policy": policy,
+                        "target": target, "compiled_for": compiled_for, "machine": machine, "host": timed_on,
+                        "policy": policy,
                         "sketch": point.sketch, "decisions": [list(d) if isinstance(d, tuple) else d
                                                                for d in point.decisions],
                         "sentence": " ".join(sentence), "versions": S.version_tokens(),
@@ -232,7 +255,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
 def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dict:
     """Counts per model / op kind / target, and the best-known latency per task."""
     from collections import Counter, defaultdict
-    per_target, per_model, per_status = Counter(), Counter(), Counter()
+    per_target, per_model, per_status, per_host = Counter(), Counter(), Counter(), Counter()
     best: dict = defaultdict(lambda: None)
     tasks = set()
     n = 0
@@ -244,8 +267,11 @@ def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dic
             per_target[rec["target"]] += 1
             per_model[Path(t["file"]).parent.name or "."] += 1
             per_status[rec["status"]] += 1
+            timed_on = rec.get("host") or {}
+            host_label = f"{timed_on.get('cpu') or timed_on.get('rpc') or '?'} ({rec['machine']})"
+            per_host[host_label] += 1
             if rec["status"] == "ok" and rec.get("median_s"):
-                k = f"{t['file']}:{t['op']}@{rec['target']}"
+                k = f"{t['file']}:{t['op']}@{rec['target']} on {host_label}"  # latencies are per CPU
                 cur = best[k]
                 if cur is None or rec["median_s"] < cur["median_s"]:
                     best[k] = {"median_s": rec["median_s"], "policy": rec["policy"], "key": rec["key"]}
@@ -254,7 +280,8 @@ def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dic
         for _ in read(pretrain_dir):
             sentences += 1
     return {"tasks": len(tasks), "measured_records": n, "pretrain_sentences": sentences,
-            "per_target": dict(per_target), "per_model": dict(per_model), "per_status": dict(per_status),
+            "per_target": dict(per_target), "per_host": dict(per_host), "per_model": dict(per_model),
+            "per_status": dict(per_status),
             "best": dict(best)}
 
 
@@ -271,9 +298,13 @@ def main_collect(args) -> int:
     if args.rpc:
         from tensorlang.bench.rpc import RPCConfig
         rpc = RPCConfig.parse(args.rpc, sessions=args.rpc_sessions)
-    summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
-                      batch=args.batch, repeat=args.repeat, rpc=rpc, ms_trials=args.metaschedule,
-                      log=lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
+                          batch=args.batch, repeat=args.repeat, rpc=rpc, ms_trials=args.metaschedule,
+                          log=lambda m: print(m, file=sys.stderr, flush=True))
+    except CollectRefused as e:
+        print(f"tensorlang collect: {e}", file=sys.stderr)
+        return 2
     print(f"collect: {summary}")
     return 0
 

@@ -191,15 +191,47 @@ def check_gpu_limits(func, target_params: dict, span, env=None) -> list[Diagnost
                                     f"{limits['max_shared_memory_per_block']} bytes of static shared memory per "
                                     f"block", span))
     diags += _vector_width(func, env, span)
-    if diags or use["lowered"] is None:
+    if diags:
         return diags
     from tvm.s_tir.analysis import verify_gpu_code
     constraints = {"max_threads_per_block": limits["max_threads_per_block"],
                    "max_shared_memory_per_block": limits["max_shared_memory_per_block"],
                    "max_vthread": limits["max_vthread"], "max_vector_bytes": 16,
                    "max_thread_x": 1024, "max_thread_y": 1024, "max_thread_z": 64}
-    if not verify_gpu_code(use["lowered"], constraints):
-        diags.append(error("TS402", f"TVM's VerifyGPUCode rejects the kernel under the {arch} limits "
-                                    f"{constraints} (threads per block {use['threads']}, shared bytes "
-                                    f"{use['shared_bytes']})", span))
+    if use["lowered"] is not None:
+        if not verify_gpu_code(use["lowered"], constraints):
+            diags.append(error("TS402", f"TVM's VerifyGPUCode rejects the kernel under the {arch} limits "
+                                        f"{constraints} (threads per block {use['threads']}, shared bytes "
+                                        f"{use['shared_bytes']})", span))
+        return diags
+    # Our lowering passes could not run (the shared bytes above are then unknown): a check that cannot
+    # run must not pass, so compile as `tvm.compile` would and verify the kernels it produced.
+    try:
+        kernels = compiled_kernels(func, target_params)
+    except Exception as e:
+        from tensorlang.lower.schedule import condense_tvm_error
+        return [error("TS406", f"TVM could not compile this schedule for {arch}: {condense_tvm_error(str(e))}", span)]
+    for name, kernel in kernels:
+        if not verify_gpu_code(kernel, constraints):
+            diags.append(error("TS402", f"TVM's VerifyGPUCode rejects the compiled kernel {name} under the {arch} "
+                                        f"limits {constraints}", span))
     return diags
+
+
+def host_and_device(sch_mod, tvm_target):
+    """TVM's default TIR pipeline on a scheduled module, as tvm.compile runs it: (the host module, and
+    the device modules by target) -- the kernels it launches and the calls that launch them."""
+    import tvm
+    from tvm.target import Target
+    from tvm.tirx.build import split_host_device_mods
+    mod = tvm.tirx.transform.BindTarget(tvm_target.with_host(Target({"kind": "llvm"})))(sch_mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(tvm_target)
+    return split_host_device_mods(pipeline(mod))
+
+
+def compiled_kernels(func, target_params: dict) -> list[tuple[str, object]]:
+    """The device functions (name, PrimFunc) tvm.compile would hand to CUDA codegen."""
+    import tvm
+    from tensorlang.lower.targets import cuda_target
+    _, devices = host_and_device(tvm.IRModule({"main": func}), cuda_target(target_params))
+    return [(gv.name_hint, f) for m in devices.values() for gv, f in m.functions.items()]

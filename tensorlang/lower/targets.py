@@ -1,47 +1,20 @@
 """Target models -> TVM targets, and what this host can run."""
 from __future__ import annotations
 
-import functools
 import platform
 
 from tensorlang.analysis.model import TargetModel
-from tensorlang.analysis.targets import CPU_F16_FLAGS, CPU_REQUIRED_FLAGS, CPU_VECTOR_BITS, gpu_limits
+from tensorlang.analysis.targets import gpu_limits
+from tensorlang.machine import host, missing_features, target_cpu, target_mattr, usable_cores
 
 
-@functools.lru_cache(maxsize=1)
-def host_cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-@functools.lru_cache(maxsize=1)
 def host_mcpu() -> str:
-    """This host's LLVM CPU name (TVM rejects mcpu=native), from LLVM if it answers, else from cpuinfo."""
-    try:
-        import tvm
-        name = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName", allow_missing=True)
-        if name is not None:
-            cpu = str(name())
-            if cpu and cpu != "generic":
-                return cpu
-    except Exception:  # an LLVM-less build: fall back to the flags
-        pass
-    flags = host_cpu_flags()
-    for mcpu in ("sapphirerapids", "icelake-server", "skylake-avx512", "haswell"):
-        if set(CPU_REQUIRED_FLAGS[mcpu]) <= flags:
-            return mcpu
-    return "x86-64" if platform.machine() in ("x86_64", "AMD64") else "generic"
+    """This host's LLVM CPU name (TVM rejects mcpu=native)."""
+    return host().name
 
 
 def host_cores() -> int:
-    import os
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def mcpu_of(t: TargetModel) -> str:
@@ -49,7 +22,7 @@ def mcpu_of(t: TargetModel) -> str:
 
 
 def vector_bits(t: TargetModel) -> int:
-    return t.params.get("vector_bits") or CPU_VECTOR_BITS.get(mcpu_of(t), 128)
+    return t.params.get("vector_bits") or target_cpu(t.params).vector_bits
 
 
 def tvm_target(t: TargetModel):
@@ -58,30 +31,39 @@ def tvm_target(t: TargetModel):
         d = {"kind": "llvm", "mcpu": mcpu_of(t), "num-cores": t.params.get("cores") or host_cores()}
         if "mtriple" in t.params:
             d["mtriple"] = t.params["mtriple"]
-        if "mattr" in t.params:
-            d["mattr"] = [a.strip() for a in t.params["mattr"].split(",") if a.strip()]
+        if target_mattr(t.params):
+            d["mattr"] = list(target_mattr(t.params))
         return Target(d)
-    limits = gpu_limits(t.params)
-    return Target({"kind": "cuda", "arch": t.params.get("arch", "sm_90"),
+    return cuda_target(t.params)
+
+
+def cuda_target(params: dict):
+    from tvm.target import Target
+    limits = gpu_limits(params)
+    return Target({"kind": "cuda", "arch": params.get("arch", "sm_90"),
                    "max_threads_per_block": limits["max_threads_per_block"],
                    "max_shared_memory_per_block": limits["max_shared_memory_per_block"],
                    "thread_warp_size": limits["warp_size"]})
 
 
-def missing_host_features(t: TargetModel, dtypes=()) -> list[str]:
-    """Instruction sets a CPU target needs that this host lacks ([] if it can run the code)."""
+def missing_host_features(t: TargetModel) -> list[str]:
+    """Instruction sets code built for a CPU target may use that this host lacks ([] if it can run the code):
+    LLVM's features of the target's CPU (and `mattr`) against the host's."""
     if t.kind != "llvm":
         return []
-    need = CPU_REQUIRED_FLAGS.get(mcpu_of(t), ())
-    if "f16" in dtypes:
-        need = need + CPU_F16_FLAGS.get(mcpu_of(t), ())
-    have = host_cpu_flags()
-    if not have:  # not Linux/x86: cannot tell, let LLVM decide
-        return []
-    missing = [f for f in need if f not in have]
-    if "mattr" in t.params:
-        for attr in t.params["mattr"].split(","):
-            flag = attr.strip().lstrip("+").replace("-", "_")
-            if attr.strip().startswith("+") and flag and flag not in have and flag.lower() not in have:
-                missing.append(flag)
-    return missing
+    triple = t.params.get("mtriple")
+    if triple and not triple.startswith(platform.machine()):
+        return [f"code for {triple}"]
+    try:
+        return missing_features(mcpu_of(t), target_mattr(t.params))
+    except ValueError as e:  # an mcpu LLVM does not know: nothing built for it can be run
+        return [str(e)]
+
+
+def cannot_run(t: TargetModel) -> str | None:
+    """TS405's message if this host cannot run code built for `t`, else None."""
+    missing = missing_host_features(t)
+    if not missing:
+        return None
+    return (f"TS405 target '{t.name}' (mcpu={mcpu_of(t)}) needs {', '.join(missing)}, which this host "
+            f"({host_mcpu()}) lacks; refusing to run it (`tensorlang lower` still builds for it)")

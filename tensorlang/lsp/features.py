@@ -16,7 +16,7 @@ from tensorlang.analysis.dtypes import TVM_DTYPE
 from tensorlang.analysis.model import FUNCTIONS
 from tensorlang.analysis.primitives import (BOOL, BUFFER, LOOP, LOOPS, SCOPE, SCOPES, SIGNATURES, STAGE, STAGE_OR_LOOP,
                                             STR, THREAD, THREAD_AXES, VALUE)
-from tensorlang.analysis.targets import CPU_VECTOR_BITS, GPU_DEFAULTS, PARAMS, gpu_limits
+from tensorlang.analysis.targets import KNOWN_CPUS, GPU_DEFAULTS, PARAMS, gpu_limits
 from tensorlang.lsp.analysis import CONSTANTS, KEYWORDS, Analysis, Context, Occ, arg_params, op_for_completion
 from tensorlang.lsp.text import tokenize
 from tensorlang.parser import ast as A
@@ -161,7 +161,7 @@ def completion_items(an: Analysis, ctx: Context, state: dict | None = None,
             insert = (f'{name} = "$1"' if typ is str else f"{name} = $1") if snippets else f"{name} = "
             items.append(_edit_item(an, ctx, name, K.Property, insert, f"{typ.__name__}: {desc}", snippet=snippets))
     elif w == "target_string":
-        values = sorted(CPU_VECTOR_BITS) if ctx.param_name == "mcpu" else sorted(GPU_DEFAULTS) \
+        values = sorted(KNOWN_CPUS) if ctx.param_name == "mcpu" else sorted(GPU_DEFAULTS) \
             if ctx.param_name == "arch" else []
         items += [_edit_item(an, ctx, v, K.Value) for v in values]
     elif w == "dtype":

@@ -202,7 +202,7 @@ def measure(text: str, path: str, op: str, target: str, repeat: int = 5, progres
     """The bench harness on this CPU (build in a worker process, check against the NumPy reference,
     time in a kernel runner that survives a crash or a hang): the checked result and its latency."""
     from tensorlang.bench.harness import Candidate, measure_candidates
-    from tensorlang.lower.targets import mcpu_of, missing_host_features
+    from tensorlang.lower.targets import cannot_run
     from tensorlang.parser.printer import format_stmt
     progress = progress or (lambda msg, pct=None: None)
     progress("checking and lowering", 10)
@@ -210,11 +210,9 @@ def measure(text: str, path: str, op: str, target: str, repeat: int = 5, progres
     tm = doc.model.targets[target]
     if tm.is_gpu:
         return {"ok": False, "error": f"target '{target}' is a GPU target; measuring runs on this CPU"}
-    dtypes = {t.dtype for t in doc.model.ops[op].tensors.values()}
-    missing = missing_host_features(tm, dtypes)
-    if missing:
-        return {"ok": False, "error": f"TS405 target '{target}' (mcpu={mcpu_of(tm)}) needs {', '.join(missing)}, "
-                                      f"which this host lacks"}
+    refusal = cannot_run(tm)
+    if refusal:
+        return {"ok": False, "error": refusal}
     low = api.lower_op(doc, op, target)
     if not low.ok:
         errors = [d for d in low.diagnostics if d.severity == "error"]

@@ -28,7 +28,7 @@ import tvm_ffi  # noqa: F401  (cheap; TVM itself is imported by the space)
 
 from tensorlang.analysis import dtypes as D
 from tensorlang.analysis.model import FUNCTIONS, OpModel
-from tensorlang.analysis.targets import CPU_VECTOR_BITS, GPU_DEFAULTS
+from tensorlang.analysis.targets import KNOWN_CPUS, GPU_DEFAULTS
 from tensorlang.parser import ast as A
 from tensorlang.space.space import TILE, DecisionPoint, Point, Space
 
@@ -57,7 +57,7 @@ def version_tokens() -> list[str]:
 def vocabulary() -> list[str]:
     """The fixed vocabulary, in id order (written to `vocab.txt` by `write_vocabulary`)."""
     words = SPECIALS + STRUCTURE + version_tokens()
-    words += [f"cpu:{c}" for c in sorted(CPU_VECTOR_BITS)] + [f"arch:{a}" for a in sorted(GPU_DEFAULTS)]
+    words += [f"cpu:{c}" for c in sorted(KNOWN_CPUS)] + [f"arch:{a}" for a in sorted(GPU_DEFAULTS)]
     words += sorted(D.TVM_DTYPE) + [f"fn:{f}" for f in sorted(FUNCTIONS)]
     words += [f"t{i}" for i in range(MAX_TENSORS)] + [f"L{i}" for i in range(MAX_LOOPS)]
     words += [str(i) for i in range(-2, MAX_INT + 1)]
@@ -105,13 +105,12 @@ def target_tokens(target) -> list[str]:
         out += ["shared"] + int_tokens(lim["max_shared_memory_per_block"] // 1024)
         out += ["registers"] + int_tokens(lim["registers_per_block"] // 1024)
         return out
-    from tensorlang.baselines.roller import Hardware
-    from tensorlang.lower.targets import mcpu_of
-    hw = Hardware.of(target)
-    mcpu = mcpu_of(target)
-    out += [f"cpu:{mcpu}" if mcpu in CPU_VECTOR_BITS else "cpu:generic"]
-    out += ["cores"] + int_tokens(hw.cores) + ["vector_bits"] + int_tokens(hw.vector_bytes * 8)
-    out += ["l1_kb"] + int_tokens(hw.l1_bytes // 1024) + ["l2_kb"] + int_tokens(hw.l2_bytes // 1024)
+    from tensorlang.lower.targets import vector_bits
+    from tensorlang.machine import target_cpu
+    cpu = target_cpu(p)
+    out += [f"cpu:{cpu.name}" if cpu.name in KNOWN_CPUS else "cpu:generic"]
+    out += ["cores"] + int_tokens(cpu.cores) + ["vector_bits"] + int_tokens(vector_bits(target))
+    out += ["l1_kb"] + int_tokens(cpu.l1d_bytes // 1024) + ["l2_kb"] + int_tokens(cpu.l2_bytes // 1024)
     return out
 
 

@@ -1,0 +1,80 @@
+"""Re-label measured records made before records named their host CPU (`tensorlang data relabel`).
+
+Until the machine module existed, a record's `machine` was a hash of the vendor's model name and the
+core count ("AMD EPYC|2"): a Zen 3 and a Zen 4 machine got the same id, and record keys (which hold
+the machine) could not keep their latencies apart. Every such record was timed on one machine, so it
+can be re-labelled without measuring again: the machine becomes that CPU's id, the record names the
+host that timed it (`host`) and the CPU its code was built for (`compiled_for`, from the sentence's
+`cpu:` token), its key is recomputed with the new machine, and the old key is kept as `key_v1`.
+
+The dataset is rewritten beside itself and swapped in at the end; a record that already has
+`key_v1` is copied as it is, so a second run changes nothing.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from tensorlang.data.collect import host_record, record_key
+from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
+from tensorlang.machine import CPU, cpu_features, detectable_features
+
+_TARGET_CPU = re.compile(r"\bTARGET llvm cpu:(\S+)")
+
+
+def described_cpu(name: str, cores: int, model: str = "") -> CPU:
+    """A CPU known by its LLVM name alone: LLVM's features for it (the instruction sets host detection
+    would report), no caches read."""
+    return CPU(name, cpu_features(name) & detectable_features(), cores, model=model)
+
+
+def relabel_record(rec: dict, timed_on: CPU) -> dict:
+    if "key_v1" in rec:
+        return rec
+    out = {k: v for k, v in rec.items() if k != "sha256"}
+    m = _TARGET_CPU.search(rec.get("sentence", ""))
+    out["compiled_for"] = m.group(1) if m and m.group(1) != "generic" else timed_on.name
+    out["key_v1"] = rec["key"]
+    out["machine"] = timed_on.id
+    out["host"] = host_record(timed_on)
+    out["key"] = record_key(rec["task"]["hash"], rec["target"], timed_on.id, rec["sketch"], rec["decisions"])
+    return out
+
+
+def relabel(root: str | Path, timed_on: CPU, old_machine: str | None = None) -> dict:
+    """Rewrite the dataset at `root` with every record re-labelled as timed on `timed_on`. Records of
+    another machine than `old_machine` (when given) are copied unchanged. The `metaschedule-N.done`
+    files beside the shards hold the machine too and are re-labelled alike."""
+    root = Path(root)
+    new = root.with_name(root.name + ".relabel")
+    shutil.rmtree(new, ignore_errors=True)
+    changed = kept = 0
+    old_ids = set()
+    with Writer(new, shard_records=SHARD_RECORDS) as w:
+        for rec in read(root):
+            if "key_v1" in rec or (old_machine and rec["machine"] != old_machine):
+                w.append(rec)
+                kept += 1
+                continue
+            old_ids.add(rec["machine"])
+            w.append(relabel_record(rec, timed_on))
+            changed += 1
+        w.close(compress_open=True)
+    for done in root.glob("*.done"):
+        text = done.read_text()
+        for old in old_ids:
+            text = text.replace(f"|{old}\n", f"|{timed_on.id}\n")
+        (new / done.name).write_text(text)
+    old = root.with_name(root.name + ".v1")
+    root.rename(old)
+    new.rename(root)
+    shutil.rmtree(old)
+    return {"relabelled": changed, "unchanged": kept, "machine": timed_on.id}
+
+
+def main_relabel(args) -> int:
+    cpu = described_cpu(args.timed_on, args.cores, args.model)
+    for d in args.dirs:
+        print(f"{d}: {relabel(d, cpu, args.old_machine)}")
+    return 0
