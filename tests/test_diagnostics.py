@@ -816,3 +816,50 @@ schedule add on g {
     (d,) = expect_errors(text, [(8, 29, "TS402")])
     assert "8 lanes of 4 bytes" in d.message and "at most 4 lanes" in d.message
     assert d.suggestions == ("[16, 64, 4]", "[32, 32, 4]", "[8, 128, 4]")  # perfect, nearest first
+
+
+# ------------------------------------------- a GPU check that cannot run must not pass
+def _our_lowering_fails(monkeypatch):
+    """The project's own lowering passes raising (as on IR they do not handle): the shared bytes they
+    count are unknown, so the check falls back to TVM's compile pipeline."""
+    from tensorlang.lower import gpu
+
+    def fail(func):
+        raise RuntimeError("a lowering pass failed")
+    monkeypatch.setattr(gpu, "_lowered", fail)
+
+
+def test_gpu_limits_are_verified_on_tvms_compiled_kernels_when_our_lowering_fails(monkeypatch):
+    _our_lowering_fails(monkeypatch)
+    assert [d for d in run_check(example("matmul")) if d.severity == "error"] == []  # compiled, verified: legal
+    # 2 x 4 KiB of shared tiles: our own count is unknown now, the compiled kernel is what is verified.
+    text = sub(example("matmul"), 'cuda(arch = "sm_90")', 'cuda(arch = "sm_90", max_shared_memory_per_block = 4096)')
+    errors = [d for d in run_check(text) if d.severity == "error"]
+    assert [(d.code, d.span.line) for d in errors] == [("TS402", 20)], _show(errors)  # the schedule
+    assert "VerifyGPUCode rejects the compiled kernel main_kernel" in errors[0].message
+
+
+def test_gpu_check_is_an_error_when_tvm_cannot_compile_either(monkeypatch):
+    from tvm.script import tirx as T
+    from tensorlang.lower.gpu import check_gpu_limits
+
+    @T.prim_func(s_tir=True)
+    def f(A: T.Buffer((128, 16), "float32"), C: T.Buffer((128, 16), "float32")):
+        for bx in T.thread_binding(128, thread="blockIdx.x"):
+            for tx in T.thread_binding(16, thread="threadIdx.x"):
+                # Three pipeline stages for two statements: TVM's InjectSoftwarePipeline refuses it.
+                for i in T.serial(1, annotations={"software_pipeline_stage": [0, 1, 2],
+                                                  "software_pipeline_order": [0, 1, 2]}):
+                    with T.sblock("outer"):
+                        T.reads(A[bx, tx])
+                        T.writes(C[bx, tx])
+                        B = T.sblock_alloc_buffer((1,), "float32", scope="shared")
+                        with T.sblock("b"):
+                            B[0] = A[bx, tx] * T.float32(2)
+                        with T.sblock("c"):
+                            C[bx, tx] = B[0] + T.float32(1)
+
+    _our_lowering_fails(monkeypatch)
+    (d,) = check_gpu_limits(f, {"arch": "sm_90"}, None)
+    assert d.code == "TS406" and d.message.startswith("TVM could not compile this schedule for sm_90: ")
+    assert "pipeline annotation is (0, 1, 2) with different size" in d.message and "\n" not in d.message
