@@ -193,22 +193,33 @@ def run_lowered(low: Lowered, repeat: int = 5, seed: int = 0) -> RunResult:
     refusal = cannot_run(low.target)  # a kernel for a CPU this host lacks would die of SIGILL in this process
     if refusal:
         return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, refusal)
-    inputs = interp.random_inputs(op, seed)
+    try:
+        inputs = interp.random_inputs(op, seed)
+    except MemoryError:
+        return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, interp.io_memory_message(op))
     try:
         lib = compile_module(low.mod, tvm_target(low.target))
     except BuildError as e:
         return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, f"build: {e}")
     try:
         outputs, median_s = time_function(lib, op, inputs, repeat=repeat)
-        ref = interp.reference_outputs(op, inputs)
+    except MemoryError:
+        return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, interp.io_memory_message(op))
     except Exception as e:  # one operator's failure must not hide the others' results
         return RunResult(op.name, low.policy, False, nan, nan, nan, 0.0, f"TS900 internal error: {type(e).__name__}: {e}")
+    gflops = op.flops / median_s / 1e9 if median_s > 0 else 0.0
+    try:
+        ref = interp.reference_outputs(op, inputs)
+    except interp.ReferenceUnavailable as e:  # timed, but not checked: never reported as ok
+        return RunResult(op.name, low.policy, False, nan, nan, median_s * 1e3, gflops, f"unchecked: {e}")
+    except Exception as e:
+        return RunResult(op.name, low.policy, False, nan, nan, median_s * 1e3, gflops,
+                         f"TS900 internal error in the reference: {type(e).__name__}: {e}")
     worst = {"max_abs": 0.0, "max_rel": 0.0, "ok": True}
     for t in op.outputs:
         c = interp.compare(outputs[t.name], ref[t.name], t.dtype)
         worst = {"max_abs": max(worst["max_abs"], c["max_abs"]), "max_rel": max(worst["max_rel"], c["max_rel"]),
                  "ok": worst["ok"] and c["ok"]}
-    gflops = op.flops / median_s / 1e9 if median_s > 0 else 0.0
     return RunResult(op.name, low.policy, worst["ok"], worst["max_abs"], worst["max_rel"], median_s * 1e3, gflops,
                      "" if worst["ok"] else "mismatch against the NumPy reference")
 

@@ -69,6 +69,8 @@ CODES = {
     "TS404": "lowered without a schedule",
     "TS405": "the host lacks an instruction set the target needs",
     "TS406": "TVM could not build the kernel",
+    "TS407": "the NumPy reference needs more memory than this machine has",
+    "TS408": "the NumPy reference would take longer than its time limit",
     # the tool itself
     "TS900": "internal error",
 }

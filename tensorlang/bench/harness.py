@@ -7,7 +7,8 @@
    the NumPy references are computed meanwhile;
 2. check: under the machine-wide measurement lock (bench/lock.py), each kernel is loaded in a kernel
    runner process and run once on the standard-normal inputs of `interp.random_inputs`; its outputs
-   are compared with the float64 reference (`interp.compare`); a wrong kernel is not timed;
+   are compared with the float64 reference (`interp.compare`); a wrong kernel is not timed; one whose
+   reference cannot be computed here (too much memory or time, TS407 / TS408) is timed but `unchecked`;
 3. time: still under the lock, R rounds; each round times every remaining candidate once, one at a
    time, in an order rotated by one each round (interleaved, so drift and noise spread evenly);
    one timing is TVM's `time_evaluator` (a warm-up call, then enough calls to fill `min_repeat_ms`,
@@ -32,9 +33,10 @@ from tensorlang.bench import pool as P
 from tensorlang.bench.lock import measure_lock
 
 # Result.status values
-OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE = (
-    "ok", "wrong", "schedule-error", "build-error", "crash", "timeout", "error", "no-schedule")
-STATUSES = (OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE)
+OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE, UNCHECKED = (
+    "ok", "wrong", "schedule-error", "build-error", "crash", "timeout", "error", "no-schedule", "unchecked")
+STATUSES = (OK, WRONG, SCHEDULE_ERROR, BUILD_ERROR, CRASH, TIMEOUT, ERROR, NO_SCHEDULE, UNCHECKED)
+TIMED = (OK, UNCHECKED)  # unchecked: timed, but its result could not be compared with the reference (`message`)
 
 
 @dataclass
@@ -96,7 +98,7 @@ class Result:
 
     @property
     def correct(self) -> bool | None:
-        return None if self.max_abs is None else self.status != WRONG
+        return None if self.max_abs is None or self.status == UNCHECKED else self.status != WRONG
 
     @property
     def median_s(self) -> float | None:
@@ -201,6 +203,7 @@ class Harness:
         self.kernels = P.KernelPool(self.workdir, threads)
         self._builds = None
         self._n = 0
+        self._last_ref = None  # (key, inputs, reference): a collector measures one task in many batches
 
     def __enter__(self):
         return self
@@ -250,9 +253,13 @@ class Harness:
         from tensorlang import interp
         for it in todo:
             if id(it.op) not in inputs:
-                inputs[id(it.op)] = interp.random_inputs(it.op, seed)
-                if verify:
-                    refs[id(it.op)] = interp.reference_outputs(it.op, inputs[id(it.op)])
+                try:
+                    inputs[id(it.op)], refs[id(it.op)] = self._reference(it, seed, verify)
+                except MemoryError:  # the inputs themselves do not fit
+                    inputs[id(it.op)] = None
+                    for other in todo:
+                        if other.op is it.op:
+                            other.result.status, other.result.message = ERROR, interp.io_memory_message(it.op)
         self._collect_builds([it for it in todo if it.future is not None], build_timeout_s, say)
         from tensorlang.analysis import dtypes as D
         todo = [it for it in todo if it.result.status == OK]
@@ -280,13 +287,13 @@ class Harness:
             before = _cpu_snapshot(self.kernels)
             for it in todo:
                 self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
-            timed = [it for it in todo if it.result.status == OK]
+            timed = [it for it in todo if it.result.status in TIMED]
             for r in range(repeat):
                 if not timed:
                     break
                 k = r % len(timed)
                 for it in timed[k:] + timed[:k]:
-                    if it.result.status != OK:
+                    if it.result.status not in TIMED:
                         continue
                     try:
                         it.result.times_s.append(self.kernels.request(it.slot, it.key, ("time", it.key, min_repeat_ms),
@@ -309,9 +316,30 @@ class Harness:
                 except OSError:
                     pass
         for it in items:
-            if it.result.status != OK:
+            if it.result.status not in TIMED:
                 it.result.times_s = []  # a kernel that failed a round has no valid figure
         return [it.result for it in items]
+
+    def _reference(self, it: _Item, seed: int, verify: bool):
+        """(inputs, reference outputs) of a candidate's operator; the reference is a ReferenceUnavailable when it
+        cannot be computed here, None without `verify`. The last operator's are kept for the next measurement."""
+        from tensorlang import interp
+        key = (it.cand.op, it.op.name, seed, interp.memory_budget(), interp.time_limit()) \
+            if isinstance(it.cand.op, str) else None
+        if key is not None and self._last_ref is not None and self._last_ref[0] == key \
+                and (self._last_ref[2] is not None or not verify):
+            return self._last_ref[1], self._last_ref[2]
+        self._last_ref = None  # let the previous operator's arrays go before making this one's
+        inputs = interp.random_inputs(it.op, seed)
+        ref = None
+        if verify:
+            try:
+                ref = interp.reference_outputs(it.op, inputs)
+            except interp.ReferenceUnavailable as e:
+                ref = e
+        if key is not None:
+            self._last_ref = (key, inputs, ref)
+        return inputs, ref
 
     def _item(self, c: Candidate, docs: dict) -> _Item:
         res = Result(c.name, getattr(c.op, "name", c.op_name or "?"), getattr(c.target, "name", str(c.target)),
@@ -390,7 +418,7 @@ class Harness:
                 continue
             if verify:
                 self._verify(it, job.outputs_got, refs.get(id(it.op)), say)
-            if r.status == OK:
+            if r.status in TIMED:
                 r.times_s = job.times_s
             if it.spec.get("path") and not it.spec.get("keep"):
                 try:
@@ -407,8 +435,10 @@ class Harness:
             say(f"{it.cand.name}: {e.status}: {e.message}")
             return
         except P.RequestError as e:
-            r.status, r.message = ERROR, str(e)
-            say(f"{it.cand.name}: error: {e}")
+            from tensorlang import interp
+            r.status = ERROR
+            r.message = f"{interp.io_memory_message(it.op)} ({e})" if str(e).startswith("MemoryError") else str(e)
+            say(f"{it.cand.name}: error: {r.message}")
             return
         r.load_s = got["load_s"]
         runner = self.kernels.runners.get(it.slot)
@@ -419,16 +449,22 @@ class Harness:
             self._verify(it, got["outputs"], ref, say)
 
     @staticmethod
-    def _verify(it: _Item, outputs: dict, ref: dict, say) -> None:
+    def _verify(it: _Item, outputs: dict, ref, say) -> None:
+        """`ref`: the reference outputs, or the ReferenceUnavailable that says why there are none."""
         from tensorlang import interp
         r = it.result
-        worst_abs, worst_rel, ok = 0.0, 0.0, True
         for t in it.op.outputs:
             out = outputs.get(t.name)
             if out is None or tuple(out.shape) != tuple(t.shape):
                 r.status, r.message = WRONG, f"output {t.name} missing or of the wrong shape"
                 return
-            c = interp.compare(out, ref[t.name], t.dtype)
+        if isinstance(ref, interp.ReferenceUnavailable):
+            r.status, r.message = UNCHECKED, f"timed, but not checked against the NumPy reference: {ref}"
+            say(f"{it.cand.name}: unchecked: {ref}")
+            return
+        worst_abs, worst_rel, ok = 0.0, 0.0, True
+        for t in it.op.outputs:
+            c = interp.compare(outputs[t.name], ref[t.name], t.dtype)
             worst_abs, worst_rel, ok = max(worst_abs, c["max_abs"]), max(worst_rel, c["max_rel"]), ok and c["ok"]
         r.max_abs, r.max_rel = worst_abs, worst_rel
         if not ok:
