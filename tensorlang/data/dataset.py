@@ -81,6 +81,11 @@ class Writer:
         self._recover()
 
     def _recover(self):
+        # A kill inside `compress`, after the compressed shard is in place and before the plain one is
+        # removed, leaves both; `_shards` lists only the compressed one, so the leftover is removed here.
+        for plain in self.root.glob("shard-*.jsonl"):
+            if plain.with_name(plain.name + ".gz").exists():
+                plain.unlink()
         shards = _shards(self.root)
         for shard in shards:
             for_plain = shard.suffix != ".gz"
@@ -96,10 +101,6 @@ class Writer:
             except (OSError, EOFError):
                 pass
             if for_plain:
-                gz = shard.with_name(shard.name + ".gz")
-                if gz.exists():  # compressed already; the plain copy is a leftover
-                    shard.unlink()
-                    continue
                 # Rewrite the open shard without its torn tail, then keep appending to it.
                 text = "".join(valid)
                 tmp = shard.with_name(shard.name + ".tmp")
