@@ -461,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--batch", type=int, default=8)
     co.add_argument("--repeat", type=int, default=5)
     co.add_argument("-o", "--output", default="data/measured/cpu")
+    co.add_argument("--split", default=None, help="the held-out split file (default data/split.json)")
+    co.add_argument("--heldout-output", default=None,
+                    help="where held-out tasks are recorded (default data/heldout/<name of --output>)")
     co.add_argument("--rpc", metavar="HOST:PORT:KEY",
                     help="time the kernels on the TVM RPC servers registered with this tracker under KEY")
     co.add_argument("--rpc-sessions", type=int, default=1, help="servers to measure on in parallel")
@@ -503,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("-k", type=int, default=5)
     db.add_argument("--measured", nargs="*", default=None, help="measured dataset dirs (default: data/measured/*)")
     db.set_defaults(func=cmd_data_best)
+    dsp = da_sub.add_parser("split", help="write the held-out split (data/split.json) from the extracted workloads")
+    dsp.add_argument("-o", "--output", default="data/split.json")
+    dsp.set_defaults(func=lambda args: __import__("tensorlang.data.split", fromlist=["main_split"]).main_split(args))
     dr = da_sub.add_parser("relabel", help="name the host CPU in records made before records did (keeps key_v1)")
     dr.add_argument("dirs", nargs="+", help="measured dataset dirs")
     dr.add_argument("--timed-on", required=True, help="LLVM name of the CPU that timed them, e.g. znver4")

@@ -14,6 +14,8 @@ from tensorlang import machine
 from tensorlang.data.collect import record_key, stats
 from tensorlang.machine import HOST_ENV
 
+from conftest import ROOT
+
 WRITER = r"""
 import sys
 from tensorlang.data.dataset import Writer
@@ -220,3 +222,32 @@ def test_relabel_names_the_host_and_keeps_the_old_key(tmp_path):
     assert stats([root])["per_host"] == {f"znver4 ({zen4.id})": 5}
     assert relabel(root, zen4) == {"relabelled": 0, "unchanged": 5, "machine": zen4.id}
     assert sorted(r["key"] for r in dataset.read(root)) == sorted(r["key"] for r in recs)
+
+
+def test_the_committed_split_is_the_one_the_workloads_give(monkeypatch):
+    """data/split.json is derived from the workloads and the task key: regenerate it (`tensorlang data split`)
+    whenever either changes. Held out: keys only held-out models have; a key shared with training stays in."""
+    from tensorlang.data import split
+    monkeypatch.chdir(ROOT)
+    committed = json.loads(split.DEFAULT_PATH.read_text())
+    assert committed == split.compute()
+    assert committed["heldout"] and committed["shared_with_training"]
+    for key, files in committed["heldout"].items():
+        assert all(("efficientnet-b0" in f or "llama7b-layer" in f) for f in files), files
+    for key, models in committed["shared_with_training"].items():
+        assert key not in committed["heldout"] and set(models) - set(split.HELDOUT_MODELS)
+
+
+def test_collect_records_heldout_tasks_apart(tmp_path):
+    from tensorlang import api
+    from tensorlang.data.collect import op_hash
+    tasks, env = rowsum_tasks(tmp_path)
+    key = op_hash(api.load(tasks / "rowsum.tsched").model.ops["rowsum"])
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": {key: ["rowsum.tsched:rowsum"]}}))
+    out, held = tmp_path / "measured" / "llvm", tmp_path / "heldout"
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "2",
+                        "--repeat", "1", "-o", str(out), "--split", str(tmp_path / "split.json"),
+                        "--heldout-output", str(held)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert list(dataset.read(out)) == []
+    assert [x["task"]["hash"] for x in dataset.read(held)] == [key, key]

@@ -152,10 +152,14 @@ class _Done:
 
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 8, repeat: int = 5, timeout_s: float = 30.0,
-            rpc=None, ms_trials: int = 0, ms_top: int = 8, log=print) -> dict:
+            rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
+            heldout_dir: str | Path | None = None, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
-    machine is the servers' key; each record names the server that measured it."""
+    machine is the servers' key; each record names the server that measured it.
+    Tasks the split file holds out (data/split.py) are recorded in `heldout_dir` (default
+    data/heldout/<name of out_dir>), never with the training data in `out_dir`."""
+    from tensorlang.data import split
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.parser.printer import format_stmt
@@ -172,6 +176,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     deadline = start + budget_min * 60 if budget_min else None
     trials = trials or 1 << 30
     writer = Writer(out_dir)
+    heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
+    heldout_dir = Path(heldout_dir or Path("data/heldout") / Path(out_dir).name)
+    heldout_writer = None
     # RPC servers are other machines: their key names them (this host does not know their CPU).
     timed_on = {"id": f"rpc:{rpc.key}", "rpc": rpc.key} if rpc else host_record(host())
     machine = timed_on["id"]
@@ -196,6 +203,10 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             yield_to_measurements()
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
+            out = writer
+            if tkey in heldout and Path(out_dir).resolve() != heldout_dir.resolve():
+                heldout_writer = heldout_writer or Writer(heldout_dir)
+                out = heldout_writer
             pending, pending_keys = [], set()
             cands = candidates_for(space, tkey, trials)
             ms_key = f"{tkey}|{target}|{machine}"
@@ -207,7 +218,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
             for policy, point in cands:
                 key = record_key(tkey, target, machine, point.sketch, point.decisions)
-                if key in writer.keys or key in pending_keys:
+                if key in out.keys or key in pending_keys:
                     skipped += 1
                     continue
                 pending.append((key, policy, point))
@@ -242,13 +253,15 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                         "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
                         "time": round(time.time(), 3),
                     }
-                    written += writer.append(record)
+                    written += out.append(record)
                 best = min((r.median_s for r in results if r.ok), default=None)
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
                     + (f", best of batch {best * 1e3:.3f} ms" if best else ""))
             if finished and ms_done is not None and ms_key not in ms_done.keys:
                 ms_done.add(ms_key)  # every candidate of the search is recorded
-    writer.close(compress_open=True)  # a clean finish leaves only compressed shards
+    for w in (writer, heldout_writer):  # a clean finish leaves only compressed shards
+        if w is not None:
+            w.close(compress_open=True)
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
 
 
@@ -301,6 +314,7 @@ def main_collect(args) -> int:
     try:
         summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, rpc=rpc, ms_trials=args.metaschedule,
+                          split_path=args.split, heldout_dir=args.heldout_output,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:
         print(f"tensorlang collect: {e}", file=sys.stderr)

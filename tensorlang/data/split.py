@@ -1,0 +1,71 @@
+"""The held-out split, fixed before collecting: which tasks the model must never be trained on.
+
+    tensorlang data split            # writes data/split.json from data/workloads and data/workloads-variants
+
+A task (an operator, by its name-independent key `collect.op_hash`) is held out when every model it
+occurs in is a held-out model (EfficientNet-B0 and the LLaMA-7B layer, their shape variants
+included): the benchmark then asks a model for schedules of operators it has never seen. A key that
+a training model shares is in distribution, whatever else it occurs in. The model a workload file
+belongs to is its directory's manifest's `model`.
+
+Held-out tasks are measured into their own dataset (`collect` routes them to `data/heldout/<target>`),
+never into the training data.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+HELDOUT_MODELS = ("efficientnet-b0", "llama7b-layer")
+WORKLOAD_ROOTS = ("data/workloads", "data/workloads-variants")
+DEFAULT_PATH = Path("data/split.json")
+RULE = ("a task is held out when every model whose extracted workloads contain its key is one of "
+        "heldout_models (their shape variants included); any key a training model shares is in distribution")
+
+
+def _model_of(tsched: Path) -> str:
+    manifest = tsched.parent / "manifest.json"
+    if manifest.exists():
+        return json.loads(manifest.read_text())["model"]
+    return tsched.parent.name
+
+
+def compute(roots=WORKLOAD_ROOTS) -> dict:
+    """The split over every operator of every .tsched file under `roots`."""
+    from tensorlang import api
+    from tensorlang.data.collect import op_hash
+    models: dict[str, set] = defaultdict(set)
+    files: dict[str, list] = defaultdict(list)
+    for root in map(Path, roots):
+        for f in sorted(root.rglob("*.tsched")):
+            doc = api.load(f)
+            for op in doc.model.ops.values():
+                key = op_hash(op)
+                models[key].add(_model_of(f))
+                files[key].append(f"{f}:{op.name}")
+    heldout = {k: sorted(files[k]) for k in sorted(models) if models[k] <= set(HELDOUT_MODELS)}
+    shared = {k: sorted(models[k]) for k in sorted(models)
+              if models[k] & set(HELDOUT_MODELS) and not models[k] <= set(HELDOUT_MODELS)}
+    return {"rule": RULE, "heldout_models": list(HELDOUT_MODELS), "roots": list(roots),
+            "tasks": len(models), "heldout": heldout, "shared_with_training": shared}
+
+
+def write(path: str | Path = DEFAULT_PATH, roots=WORKLOAD_ROOTS) -> dict:
+    split = compute(roots)
+    Path(path).write_text(json.dumps(split, indent=1, sort_keys=True) + "\n")
+    return split
+
+
+def heldout_keys(path: str | Path = DEFAULT_PATH) -> frozenset[str]:
+    """The held-out task keys ({} where no split file exists, e.g. outside a checkout)."""
+    p = Path(path)
+    return frozenset(json.loads(p.read_text())["heldout"]) if p.exists() else frozenset()
+
+
+def main_split(args) -> int:
+    s = write(args.output)
+    print(f"{args.output}: {len(s['heldout'])} of {s['tasks']} tasks held out "
+          f"({', '.join(s['heldout_models'])}); {len(s['shared_with_training'])} of their tasks are shared with "
+          f"training models and stay in distribution")
+    return 0
