@@ -342,3 +342,14 @@ def test_random_edit_sequences_through_every_analysis_function(seq):
             asyncio.run(S._hover_text(stub, "file:///fuzz.tsched", an, line0, col0))
             F.quick_fixes(an, "file:///fuzz.tsched", diags)
         assert time.perf_counter() - started < 10, "an edit took more than 10 s: a hang"
+
+
+def test_measurement_text_shows_an_unchecked_timing_with_its_reason():
+    from tensorlang.lsp.features import measurement_text
+    r = {"status": "ok", "ok": True, "median_ms": 1.5, "gflops": 2.0, "max_rel": 1e-7}
+    assert "**1.500 ms** median, 2.00 GFLOP/s, max rel err 1.0e-07, ok" in measurement_text({"ok": True, "result": r})
+    u = dict(r, status="unchecked", ok=False)
+    text = measurement_text({"ok": False, "result": u, "error": "unchecked: TS408 the NumPy reference would take ..."})
+    assert "**1.500 ms** median" in text and text.endswith("unchecked: TS408 the NumPy reference would take ...")
+    assert "failed: crash: the runner died" in measurement_text({"ok": False, "result": None,
+                                                                "error": "crash: the runner died"})

@@ -54,7 +54,10 @@ def against_reference(func, translation: Translation, doc, lib, seed: int = 0) -
     inputs = {name: x for (_, name), x in zip(translation.inputs, values)}
     outs = _run(lib, [inputs[t.name] for t in op.inputs] +
                 [np.zeros(t.shape, dtype=D.numpy_dtype(t.dtype)) for t in op.outputs])[len(op.inputs):]
-    ref = interp.reference_outputs(op, inputs)
+    try:
+        ref = interp.reference_outputs(op, inputs)
+    except interp.ReferenceUnavailable as e:  # too large or too slow to check here: say so, not a crash
+        return Check(False, 0.0, 0.0, f"not checked: {e}", against="numpy-reference")
     worst_abs = worst_rel = 0.0
     for t, got in zip(op.outputs, outs):
         ok, err, rel = compare(got, ref[t.name].astype(got.dtype) if t.dtype not in D.FLOATS else ref[t.name], t.dtype)

@@ -474,11 +474,12 @@ def measurement_text(m: dict | None, current_text: str | None = None) -> str | N
         return None
     r = m.get("result")
     when = time.strftime("%H:%M:%S", time.localtime(m.get("when", time.time())))
-    if not m.get("ok") or r is None:
+    unchecked = r is not None and r.get("status") == "unchecked"  # timed, but the reference could not be computed
+    if r is None or not (m.get("ok") or unchecked):
         return f"last measurement ({when}) failed: {m.get('error')}"
     stale = " (the schedule changed since)" if current_text is not None and current_text != m.get("text") else ""
-    return (f"last measured {when}: **{r['median_ms']:.3f} ms** median, {r['gflops']:.2f} GFLOP/s, "
-            f"max rel err {r['max_rel']:.1e}, {'ok' if r['ok'] else 'MISMATCH'}{stale}")
+    verdict = m.get("error") if unchecked else f"max rel err {r['max_rel']:.1e}, {'ok' if r['ok'] else 'MISMATCH'}"
+    return f"last measured {when}: **{r['median_ms']:.3f} ms** median, {r['gflops']:.2f} GFLOP/s, {verdict}{stale}"
 
 
 def schedule_source(an: Analysis, sched: A.Schedule) -> str:
