@@ -458,9 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--target", required=True, help="a target declared in the files, or llvm")
     co.add_argument("--trials", type=int, default=32, help="candidates per task")
     co.add_argument("--budget", type=float, help="stop after this many minutes")
-    co.add_argument("--batch", type=int, default=8)
-    co.add_argument("--repeat", type=int, default=5)
+    co.add_argument("--batch", type=int, default=16, help="candidates built, then checked and timed, together")
+    co.add_argument("--repeat", type=int, default=3, help="timing rounds per candidate (interleaved)")
+    co.add_argument("--min-repeat-ms", type=float, default=50, help="each timing fills at least this many ms")
     co.add_argument("-o", "--output", default="data/measured/cpu")
+    co.add_argument("--slow-factor", type=float, default=10.0,
+                    help="record a candidate after one timing round when it is over this many times the task's best "
+                         "known latency (0: time every candidate fully)")
     co.add_argument("--split", default=None, help="the held-out split file (default data/split.json)")
     co.add_argument("--heldout-output", default=None,
                     help="where held-out tasks are recorded (default data/heldout/<name of --output>)")

@@ -227,9 +227,13 @@ class Harness:
     # --------------------------------------------------------------- measure
     def measure(self, candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
                 min_repeat_ms: float = 100, verify: bool = True, seed: int = 0, build_timeout_s: float = 300.0,
-                lock: bool = True, lock_path: str | None = None,
-                progress: Callable[[str], None] | None = None) -> list[Result]:
+                lock: bool = True, lock_path: str | None = None, slow_factor: float | None = None,
+                best_known_s: float | None = None, progress: Callable[[str], None] | None = None) -> list[Result]:
+        """`slow_factor`: a candidate whose first round is over `slow_factor` times the best latency known
+        (`best_known_s`, or the best first round of this run if lower) is not timed again: its one figure
+        decides nothing a second would, and a slow random schedule would take most of the run."""
         say = progress or (lambda msg: None)
+        t_start = time.monotonic()
         docs: dict = {}
         items = [self._item(c, docs) for c in candidates]
         todo = [it for it in items if it.result.status == OK]
@@ -251,6 +255,7 @@ class Harness:
                 it.spec = {"kind": "python", "factory": it.cand.schedule.factory, "kwargs": it.cand.schedule.kwargs}
         inputs, refs = {}, {}
         from tensorlang import interp
+        t_ref = time.monotonic()
         for it in todo:
             if id(it.op) not in inputs:
                 try:
@@ -260,7 +265,9 @@ class Harness:
                     for other in todo:
                         if other.op is it.op:
                             other.result.status, other.result.message = ERROR, interp.io_memory_message(it.op)
+        reference_s = time.monotonic() - t_ref
         self._collect_builds([it for it in todo if it.future is not None], build_timeout_s, say)
+        prepare_s = time.monotonic() - t_start
         from tensorlang.analysis import dtypes as D
         todo = [it for it in todo if it.result.status == OK]
         data_keys: dict = {}
@@ -285,10 +292,17 @@ class Harness:
                                  verify, say)
                 todo = [it for it in todo if it.slot != "tvm"]
             before = _cpu_snapshot(self.kernels)
+            t_check = time.monotonic()
             for it in todo:
                 self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
+            check_s = time.monotonic() - t_check
             timed = [it for it in todo if it.result.status in TIMED]
             for r in range(repeat):
+                if r == 1 and slow_factor is not None:
+                    firsts = [it.result.times_s[0] for it in timed if it.result.times_s]
+                    best = min(firsts + ([best_known_s] if best_known_s else []), default=None)
+                    if best is not None:
+                        timed = [it for it in timed if it.result.times_s and it.result.times_s[0] <= slow_factor * best]
                 if not timed:
                     break
                 k = r % len(timed)
@@ -305,6 +319,10 @@ class Harness:
                         it.result.status, it.result.message = ERROR, str(e)
                 say(f"round {r + 1}/{repeat} done")
             run.update(_cpu_since(before, self.kernels))
+            # Where the run's time went (seconds): builds and references before the lock (the reference
+            # overlaps the builds), then the checking run and the timing rounds under it.
+            run.update(prepare_s=round(prepare_s, 3), reference_s=round(reference_s, 3), check_s=round(check_s, 3),
+                       timing_s=round(time.monotonic() - t_check - check_s, 3))
         for it in todo:
             try:
                 self.kernels.unload(it.slot, it.key)

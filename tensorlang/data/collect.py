@@ -151,14 +151,17 @@ class _Done:
 
 
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
-            budget_min: float | None = None, batch: int = 8, repeat: int = 5, timeout_s: float = 30.0,
+            budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
+            min_repeat_ms: float = 50,
             rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
-            heldout_dir: str | Path | None = None, log=print) -> dict:
+            heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
     Tasks the split file holds out (data/split.py) are recorded in `heldout_dir` (default
-    data/heldout/<name of out_dir>), never with the training data in `out_dir`."""
+    data/heldout/<name of out_dir>), never with the training data in `out_dir`.
+    `slow_factor`: a candidate over that many times the task's best known latency after its first
+    timing round is recorded after that round (`runs` says how many figures stand behind a latency)."""
     from tensorlang.data import split
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
@@ -182,6 +185,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     # RPC servers are other machines: their key names them (this host does not know their CPU).
     timed_on = {"id": f"rpc:{rpc.key}", "rpc": rpc.key} if rpc else host_record(host())
     machine = timed_on["id"]
+    best_known = best_latencies([out_dir, heldout_dir], machine)
     tasks = find_tasks(paths)
     ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
     written = skipped = 0
@@ -235,7 +239,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                                       "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
                             for j, (_, policy, point) in enumerate(chunk)]
                 load_before = os.getloadavg()[0]
-                results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s)
+                results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
+                                          slow_factor=slow_factor,
+                                          best_known_s=best_known.get(tkey))
                 load_after = os.getloadavg()[0]
                 for (key, policy, point), res in zip(chunk, results):
                     sentence = S.encode(space, point)
@@ -249,20 +255,37 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                         "schedule": "\n".join(format_stmt(s) for s in point.stmts),
                         "status": res.status, "message": res.message[:300],
                         "server": res.worker.get("server") or "local",
-                        "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s,
+                        "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s, "runs": len(res.times_s),
+                        "min_repeat_ms": min_repeat_ms,
                         "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
                         "time": round(time.time(), 3),
                     }
                     written += out.append(record)
                 best = min((r.median_s for r in results if r.ok), default=None)
+                if best is not None:
+                    best_known[tkey] = min(best, best_known.get(tkey, best))
+                phases = results[0].run if results else {}
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
-                    + (f", best of batch {best * 1e3:.3f} ms" if best else ""))
+                    + (f", best of batch {best * 1e3:.3f} ms" if best else "")
+                    + (f" (builds+reference {phases['prepare_s']:.1f} s, check {phases['check_s']:.1f} s, timing "
+                       f"{phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
             if finished and ms_done is not None and ms_key not in ms_done.keys:
                 ms_done.add(ms_key)  # every candidate of the search is recorded
     for w in (writer, heldout_writer):  # a clean finish leaves only compressed shards
         if w is not None:
             w.close(compress_open=True)
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
+
+
+def best_latencies(dirs: list[str | Path], machine: str) -> dict[str, float]:
+    """Task key -> the best correct latency measured on `machine` in these datasets."""
+    best: dict[str, float] = {}
+    for d in dirs:
+        for rec in read(d):
+            if rec["status"] == "ok" and rec.get("median_s") and rec["machine"] == machine:
+                k = rec["task"]["hash"]
+                best[k] = min(rec["median_s"], best.get(k, rec["median_s"]))
+    return best
 
 
 def stats(dirs: list[str | Path], pretrain_dir: str | Path | None = None) -> dict:
@@ -313,8 +336,9 @@ def main_collect(args) -> int:
         rpc = RPCConfig.parse(args.rpc, sessions=args.rpc_sessions)
     try:
         summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
-                          batch=args.batch, repeat=args.repeat, rpc=rpc, ms_trials=args.metaschedule,
-                          split_path=args.split, heldout_dir=args.heldout_output,
+                          batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
+                          ms_trials=args.metaschedule,
+                          split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:
         print(f"tensorlang collect: {e}", file=sys.stderr)

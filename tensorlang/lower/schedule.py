@@ -57,6 +57,20 @@ class Applied:
         return not any(d.severity == "error" for d in self.diags)
 
 
+class Unchecked:
+    """A Schedule's methods without TVM's Python type checker, which wraps each of them and costs more
+    than the call itself (70% of a softmax replay went to checking the arguments of `get`, `get_loops`
+    and the compute-at probes; 95% of converting a conv2d trace to statements). For callers that pass
+    only what TVM itself handed them: the space's replay and the trace converter."""
+
+    def __init__(self, sch):
+        self.sch = sch
+
+    def __getattr__(self, name):
+        method = getattr(type(self.sch), name)
+        return getattr(method, "__wrapped__", method).__get__(self.sch)
+
+
 def new_schedule(mod):
     from tvm import s_tir
     return s_tir.Schedule(mod)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Callable
 
+from tensorlang.lower.schedule import Unchecked
 from tensorlang.space import metaschedule as msx
 
 TILE, CATEGORICAL, LOCATION = "tile", "categorical", "location"
@@ -109,19 +110,6 @@ def _loops_below(loop):
     for node, _ in tir.walk(loop.body):
         if isinstance(node, tirx.For):
             yield node
-
-
-class _Unchecked:
-    """A Schedule's methods without TVM's Python type checker, which wraps each of them and costs more
-    than the call itself (70% of a softmax replay went to checking the arguments of `get`, `get_loops`
-    and the compute-at probes); the space only passes what TVM itself handed it."""
-
-    def __init__(self, sch):
-        self.sch = sch
-
-    def __getattr__(self, name):
-        method = getattr(type(self.sch), name)
-        return getattr(method, "__wrapped__", method).__get__(self.sch)
 
 
 def uncovered_block(mod) -> str:
@@ -355,7 +343,7 @@ class Space:
     def decision_point(self, sch, inst, inputs, attrs) -> DecisionPoint | None:
         kind = inst.kind.name
         if kind == "SamplePerfectTile":
-            loop = _Unchecked(sch).get(inputs[0])
+            loop = Unchecked(sch).get(inputs[0])
             extent, n, max_inner = int(loop.extent), int(attrs[0]), int(attrs[1])
             return DecisionPoint(TILE, factorizations(extent, n, max_inner), f"{loop.loop_var.name} ({extent})",
                                  extent, n, max_inner, loop=loop)
@@ -367,7 +355,7 @@ class Space:
         if kind == "SampleComputeLocation":
             block = inputs[0]
             domain = self.location_domain(sch, block)
-            fast = _Unchecked(sch)
+            fast = Unchecked(sch)
             consumers = fast.get_consumers(block)
             loops = [fast.get(rv).loop_var.name for rv in fast.get_loops(consumers[0])] if consumers else []
             sites = tuple(loops[d] if d >= 0 else "" for d in domain)
@@ -384,11 +372,11 @@ class Space:
         Each legality is asked of TVM once, on a copy of the schedule (TVM's sampler would redo the
         whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad)."""
         from tvm.s_tir import ScheduleError
-        fast = _Unchecked(sch)
+        fast = Unchecked(sch)
 
         def legal(action) -> bool:
             try:
-                action(_Unchecked(fast.copy()))
+                action(Unchecked(fast.copy()))
                 return True
             except (ScheduleError, RuntimeError, ValueError):
                 return False
