@@ -222,9 +222,16 @@ def cmd_space(args) -> int:
         n, exact = space.count(limit=args.count_limit)
         print(f"# {args.op} on {args.target}: {len(space.sketches)} sketches, "
               f"{n} schedules{'' if exact else ' (bound: product of the decision domains)'}")
+    if args.prompt:
+        from tensorlang.space import sentence as S
+        print(" ".join(S.prompt_tokens(space)))
     if args.sample:
         points, rejections = space.sample(args.sample, seed=args.seed)
         for n, p in enumerate(points):
+            if args.sentences:
+                from tensorlang.space import sentence as S
+                print(" ".join(S.encode(space, p)))
+                continue
             print(f"# sample {n + 1}: sketch {p.sketch}, decisions {list(p.decisions)}")
             print(render_schedule(args.op, args.target, p.stmts))
         print(f"# {len(points)} distinct schedules, {rejections} rejected by the postprocessors", file=sys.stderr)
@@ -444,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--count", action="store_true", help="the size of the space (exact when small)")
     sp.add_argument("--count-limit", type=int, default=20000, help="enumerate exactly up to this bound")
+    sp.add_argument("--sentences", action="store_true", help="with --sample: the tensor sentences, one per line")
+    sp.add_argument("--prompt", action="store_true", help="the tensor sentence's prompt (target and operator)")
     sp.set_defaults(func=cmd_space)
 
     it = sub.add_parser("import-trace", help="convert a MetaSchedule trace (JSON) into a .tsched schedule")
@@ -526,6 +535,11 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--model", default="", help="its vendor model name, e.g. 'AMD EPYC'")
     dr.add_argument("--old-machine", default=None, help="re-label only the records of this old machine id")
     dr.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["main_relabel"]).main_relabel(args))
+    dre = da_sub.add_parser("reencode", help="re-encode v1 tensor sentences as v2 and re-key (keeps key_v1, hash_v1)")
+    dre.add_argument("dirs", nargs="+", help="measured or pre-training dataset dirs")
+    dre.add_argument("--budget", type=float, default=None,
+                     help="minutes: tasks met later are copied unchanged (v1), for a later run")
+    dre.set_defaults(func=lambda args: __import__("tensorlang.data.reencode", fromlist=["x"]).main_reencode(args))
 
     ls = sub.add_parser("lsp", help="run the language server on stdin/stdout")
     ls.set_defaults(func=lambda args: __import__("tensorlang.lsp.server", fromlist=["main"]).main())

@@ -239,14 +239,18 @@ NEXT_TOKEN_CASES = [("softmax", "softmax", "cpu"), ("conv2d", "conv2d", "cpu"), 
 @pytest.mark.parametrize("file,op,target", NEXT_TOKEN_CASES, ids=[f"{o}-{t}" for _, o, t in NEXT_TOKEN_CASES])
 def test_next_tokens_are_exactly_the_domain(file, op, target):
     """Token by token, the legal set is the replayed domain (GPU limits included), whether the step was
-    answered from the static table or by the replay."""
+    answered from the static table or by the replay: a decision's instruction and subject are forced, then
+    a tile's factors narrow factor by factor, a categorical offers its legal candidates' values and a
+    compute-at decision one distinct token sequence per legal site."""
     doc = api.load(EX / f"{file}.tsched")
     space = Space(doc.model.ops[op], doc.primfunc(op), api.resolve_target(doc, target))
+    markers = {"tile": {"TILE"}, "categorical": {"UNROLL", "UNROLL_IMPLICIT", "VECTOR", "THREADS", "UNUSED"}, "location": {"LOC"}}
     points, _ = space.sample(3, seed=4)
     for p in points:
         domains = []
+        gpu = space.gpu_models[p.sketch]
         it = iter(p.decisions)
-        space.replay(p.sketch, lambda point, prefix: (domains.append(point), next(it))[1], convert=False)
+        space._apply(p.sketch, lambda point, prefix: (domains.append(point), next(it))[1], gpu)
         tokens = S.encode(space, p)
         nt = S.NextTokens(space)
         n = len(S.prompt_tokens(space))
@@ -256,21 +260,30 @@ def test_next_tokens_are_exactly_the_domain(file, op, target):
         nt.push(str(p.sketch))
         nt.push("DECISIONS")
         for point, value in zip(domains, p.decisions):
-            assert nt.allowed() == {{"tile": "TILE", "categorical": "CAT", "location": "LOC"}[point.kind]}
-            nt.push(next(t for t in nt.allowed()))
+            assert nt.allowed() <= markers[point.kind]  # the instruction, then its subject: forced
+            while nt._phase == "HEAD":
+                assert len(nt.allowed()) == 1
+                nt.push(next(iter(nt.allowed())))
             if point.kind == "tile":
                 for k, f in enumerate(value):
-                    expect = {str(d[k]) for d in point.domain if d[:k] == value[:k]}
-                    assert nt.allowed() == expect
+                    assert nt.allowed() == {str(d[k]) for d in point.domain if d[:k] == value[:k]}
                     nt.push(str(f))
+            elif point.kind == "categorical":
+                assert nt.allowed() == {str(point.candidates[i]) for i in point.domain}
+                nt.push(str(point.candidates[value]))
             else:
-                assert nt.allowed() == {str(v) for v in point.domain}
-                nt.push(str(value))
+                sites = S.site_values(space, point)
+                assert sorted(v for _, v in sites) == sorted(point.domain)  # one sequence per site, all distinct
+                assert len({s for s, _ in sites}) == len(point.domain)
+                assert nt.allowed() == {s[0] for s, _ in sites}
+                for tok in next(s for s, v in sites if v == value):
+                    nt.push(tok)
+            assert nt.decisions[-1] == value
         assert nt.allowed() == {S.EOS}
         nt.push(S.EOS)
-        assert nt.done and tuple(nt.decisions) == p.decisions
-        nt.finish()  # the full replay, postprocessors included, accepts the point
-        assert tokens[n:n + 2] == ["SKETCH", str(p.sketch)]
+        assert nt.done and tuple(nt.decisions) == p.decisions and nt.tokens == tokens[n:]
+        done = nt.finish()  # the full replay, postprocessors included, accepts the point
+        assert done.decisions == p.decisions and done.stmts
     with pytest.raises(S.SentenceError):
         S.NextTokens(space).push("DECISIONS")  # out of order
 
@@ -287,9 +300,10 @@ def test_sentence_of_another_version_is_refused():
 def test_vocabulary_is_fixed_and_holds_every_small_integer(tmp_path):
     words = S.vocabulary()
     assert len(words) == len(set(words))
-    assert all(str(i) in S.token_ids() for i in range(-2, S.MAX_INT + 1))
+    assert all(str(i) in S.token_ids() for i in range(-2, 257))
     assert S.int_tokens(50257) == ["NUM>", "5", "0", "2", "5", "7", "<NUM"]
     assert S.read_int(S.int_tokens(50257), 0) == (50257, 7)
+    assert S.int_tokens(3072) == ["3072"] and S.int_tokens(-5) == ["NUM>", "-", "5", "<NUM"]
     S.write_vocabulary(tmp_path / "vocab.txt")
     assert (tmp_path / "vocab.txt").read_text().split("\n")[:len(S.SPECIALS)] == S.SPECIALS
 
@@ -381,9 +395,9 @@ def test_a_second_decoding_of_a_prefix_needs_no_replay():
         return nt, seen
 
     first, first_sets = decode()
-    assert first._thread is not None  # the first decoding replayed up to its compute-at sites
+    assert first._replay is not None  # the first decoding replayed up to its compute-at sites
     second, second_sets = decode()
-    assert second._thread is None and second_sets == first_sets
+    assert second._replay is None and second_sets == first_sets
     second.finish()  # and the full replay accepts the point
     assert any(d.kind == "location" for d in fresh.point_memo.values())
 

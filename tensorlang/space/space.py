@@ -28,6 +28,7 @@ from tensorlang.lower.schedule import Unchecked
 from tensorlang.space import metaschedule as msx
 
 TILE, CATEGORICAL, LOCATION = "tile", "categorical", "location"
+_SAMPLING = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ class DecisionPoint:
     sites: tuple = ()  # location: for each domain value, the loop's name ("" for inline/root)
     placed: str = ""  # location: the stage whose compute-at site this is
     loop: object = field(default=None, compare=False, repr=False)  # tile: the tiled loop, for `_context`
+    # What tensor sentences name the subject by (space/sentence.py), as IR snapshots taken at the decision
+    # (TVM copies a node we hold a reference to instead of mutating it): a tile's enclosing loops, outermost
+    # first; a location's consumer (the block whose loops the sites are) and all its loops.
+    outer: tuple = field(default=(), compare=False, repr=False)
+    consumer: str = ""
+    consumer_loops: tuple = field(default=(), compare=False, repr=False)
+    # derived views of this point that a user computes once (the sentence's tokens for it)
+    cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     # tile: the stage whose loop is tiled, the loop's role ("S" spatial, "R" reduction), and the
     # stage's loops as (name, extent, role) when the decision is made -- what a heuristic needs.
@@ -101,6 +110,18 @@ def _loop_context(loop):
         role = axes[axis][2] if axis >= 0 else "S"
         return block.name_hint, role, tuple(axes), axis
     return "", "S", (), -1
+
+
+def _enclosing_loops(sch, loop_rv) -> tuple:
+    """The For loops around a loop, outermost first (a few sref hops: no walk of the function)."""
+    from tvm import tirx
+    out = []
+    sref = sch.get_sref(loop_rv).parent
+    while sref is not None:
+        if isinstance(sref.stmt, tirx.For):
+            out.append(sref.stmt)
+        sref = sref.parent
+    return tuple(reversed(out))
 
 
 def _loops_below(loop):
@@ -220,7 +241,10 @@ class Space:
         self.op, self.mod, self.target = op_model, mod, target_model
         self.tvm_target = tvm_target(target_model)
         self.ctx = msx.tune_context(mod, self.tvm_target, msx.rule_kind(target_model), seed)
-        self.sketches = [s.trace for s in self.ctx.generate_design_space()]
+        # The design-space schedules themselves, not only their traces: they resolve a trace's block
+        # variables to the blocks (`A_shared`, `C_rf`) that tensor sentences name decisions by.
+        self.designs = list(self.ctx.generate_design_space())
+        self.sketches = [s.trace for s in self.designs]
         self.postprocs = msx.postprocs_of(self.ctx)
         # Decision points met by any replay, by (sketch, decisions before them): the schedule at that
         # point is a function of exactly these, so a decoder writing many schedules of one operator asks
@@ -296,11 +320,13 @@ class Space:
             return None
 
     # ------------------------------------------------------------ replay
-    def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True) -> Point:
-        """Replay a sketch, asking `choose(point, decisions so far)` for each decision."""
+    def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True,
+               known: dict | None = None) -> Point:
+        """Replay a sketch, asking `choose(point, decisions so far)` for each decision. `known`: decision
+        index -> its DecisionPoint, when the caller has it already (not asked of TVM again)."""
         if sketch in self.excluded:
             raise Infeasible(f"sketch {sketch} is excluded: {self.excluded[sketch]}")
-        sch, made = self._apply(sketch, choose, self.gpu_models[sketch])
+        sch, made = self._apply(sketch, choose, self.gpu_models[sketch], known)
         with self.ctx.target:
             for p in self.postprocs:
                 if not p.apply(sch):
@@ -314,7 +340,7 @@ class Space:
             point.stmts, _ = trace_to_statements(sch.trace, self.mod, self.op)
         return point
 
-    def _apply(self, sketch: int, choose, gpu=None):
+    def _apply(self, sketch: int, choose, gpu=None, known: dict | None = None):
         """The sketch's instructions with `choose`'s decisions, before the postprocessors: (schedule, decisions)."""
         from tvm import s_tir
         # "fast" errors: the location probes meet many refusals, and rendering each in detail costs 0.3 ms
@@ -322,7 +348,10 @@ class Space:
         made: list = []
 
         def provider(inst, inputs, attrs, decision):
-            point = self.decision_point(sch, inst, inputs, attrs)
+            # a point the caller knows is not asked of TVM again (a compute-at site's probes cost ~1 ms)
+            point = known.get(len(made)) if known and inst.kind.name in _SAMPLING else None
+            if point is None:
+                point = self.decision_point(sch, inst, inputs, attrs)
             if point is None:
                 return decision
             if len(self.point_memo) > 100_000:
@@ -346,7 +375,7 @@ class Space:
             loop = Unchecked(sch).get(inputs[0])
             extent, n, max_inner = int(loop.extent), int(attrs[0]), int(attrs[1])
             return DecisionPoint(TILE, factorizations(extent, n, max_inner), f"{loop.loop_var.name} ({extent})",
-                                 extent, n, max_inner, loop=loop)
+                                 extent, n, max_inner, loop=loop, outer=_enclosing_loops(sch, inputs[0]))
         if kind == "SampleCategorical":
             candidates = tuple(int(c.value) if hasattr(c, "value") else c for c in attrs[0])
             probs = [float(p.value) if hasattr(p, "value") else float(p) for p in attrs[1]]
@@ -357,10 +386,11 @@ class Space:
             domain = self.location_domain(sch, block)
             fast = Unchecked(sch)
             consumers = fast.get_consumers(block)
-            loops = [fast.get(rv).loop_var.name for rv in fast.get_loops(consumers[0])] if consumers else []
-            sites = tuple(loops[d] if d >= 0 else "" for d in domain)
+            loops = tuple(fast.get(rv) for rv in fast.get_loops(consumers[0])) if consumers else ()
+            sites = tuple(loops[d].loop_var.name if d >= 0 else "" for d in domain)
             name = fast.get(block).name_hint
-            return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", sites=sites, placed=name)
+            return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", sites=sites, placed=name,
+                                 consumer=fast.get(consumers[0]).name_hint if consumers else "", consumer_loops=loops)
         return None
 
     @staticmethod

@@ -1,0 +1,1 @@
+"""The tensor language model's pieces (today: its tokenizer)."""
