@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from tensorlang.lower.schedule import NameEnv, Unchecked, _stage_or_loop, apply_stmt, initial_env, loop_names, new_schedule, \
+from tensorlang.lower.schedule import NameEnv, _stage_or_loop, apply_stmt, initial_env, loop_names, new_schedule, \
     resolve_loop, resolve_stage, stage_name_of
 from tensorlang.parser import ast as A
 from tensorlang.parser.printer import format_stmt
@@ -53,7 +53,7 @@ def _py(x):
 
 class _Converter:
     def __init__(self, mod, op_model):
-        self.sch = Unchecked(new_schedule(mod))  # a trace's arguments are TVM's own: no type checks
+        self.sch = new_schedule(mod)
         self.env: NameEnv = initial_env(self.sch, op_model)
         self.refs: dict = {}  # trace RV -> A.Ref (stages and loops)
         self.values: dict = {}  # trace ExprRV -> int / value
