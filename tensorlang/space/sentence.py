@@ -978,10 +978,14 @@ class NextTokens:
         the one answered by that key, if any -- a difference would be a decoding that was not exact."""
         if point.kind != LOCATION:
             return
+        assumed = self._assumed.get(k)
+        if assumed is point:  # handed to the replay as known: not a check (finish() replays without it)
+            return
         _info(self.space)["shapes"].setdefault(shape_key(self.space, self.sketch, self.decisions[:k]), point)
-        assumed = self._assumed.pop(k, None)
-        if assumed is not None and (assumed.domain, site_values(self.space, assumed)) != \
-                (point.domain, site_values(self.space, point)):
+        if assumed is None:
+            return
+        del self._assumed[k]
+        if (assumed.domain, site_values(self.space, assumed)) != (point.domain, site_values(self.space, point)):
             raise SentenceError(f"compute-at decision {k} of sketch {self.sketch}: the sites answered by its "
                                 f"shape {assumed.domain} differ from the replay's {point.domain}")
 
@@ -1097,7 +1101,7 @@ class NextTokens:
             raise SentenceError("the sentence is not finished")
         if self.error is not None:
             raise self.error
-        if self._assumed and self._replay is not None:  # the replay was given them: check them in a full one
+        if self._assumed:  # sites answered by their shape and not yet checked: a full replay checks them
             self.close()
             self._replay, self._result = None, None
         if self._result is None:
