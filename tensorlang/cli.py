@@ -182,7 +182,8 @@ def format_run_table(rows) -> str:
     for r in rows:
         lines.append(f"{r.op:<20} {r.policy:<12} {r.max_abs:>12.3e} {r.max_rel:>12.3e} {r.median_ms:>10.3f} "
                      f"{r.gflops:>9.2f}  {'ok' if r.ok else 'FAIL ' + r.message}")
-    return "\n".join(lines)
+    from tensorlang.machine import host_line
+    return "\n".join(lines + [f"host: {host_line()}"])
 
 
 def cmd_show(args) -> int:

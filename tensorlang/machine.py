@@ -174,6 +174,13 @@ def recording_refused() -> str | None:
             f"this {cpu.overridden_from} machine produced them; unset {HOST_ENV} to record measurements")
 
 
+def host_line() -> str:
+    """The CPU a table's figures were measured on, as LLVM names it (and what the override hides)."""
+    cpu = host()
+    real = f", set by {HOST_ENV} on a {cpu.overridden_from}" if cpu.overridden_from else ""
+    return f"{cpu.name} ({cpu.model}, {cpu.cores} cores{real})"
+
+
 def missing_features(name: str, mattr: tuple[str, ...] = ()) -> list[str]:
     """Instruction sets code built for CPU `name` (+ `mattr`) may use that the host lacks ([]: it can run it)."""
     need = cpu_features(name, tuple(mattr)) & detectable_features()

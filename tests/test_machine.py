@@ -167,3 +167,10 @@ def test_sentences_and_roller_read_the_machine(as_haswell):
     named = api.load_text(SPR).model.targets["spr"]  # another CPU: LLVM's features, caches assumed
     hw = Hardware.of(named)
     assert (hw.vector_bytes, hw.cores, hw.l1_bytes) == (64, 2, machine.DEFAULT_L1D)
+
+
+def test_tables_name_the_host_cpu(as_haswell):
+    from tensorlang.cli import format_run_table
+    last = format_run_table([]).splitlines()[-1]
+    assert last == f"host: {OLD_CPU} ({as_haswell.model}, {as_haswell.cores} cores, set by {HOST_ENV} on a " \
+                   f"{as_haswell.overridden_from})"

@@ -327,7 +327,9 @@ def cmd_bench(args) -> int:
     if args.json == "-":
         print(json.dumps(report, indent=1))
     else:
+        from tensorlang.machine import host_line
         print(format_table(rows))
+        print(f"host: {host_line()}")
         if format_conditions(report["conditions"]):
             print("\n" + format_conditions(report["conditions"]))
     return 0 if rows and all(r["status"] == "ok" for r in rows) else 1
