@@ -1,0 +1,123 @@
+"""Collection speed, old code against new, side by side on one host: `tensorlang collect` on the same task
+list with the same candidates, from a git worktree of an older commit and from this checkout, one after
+the other (old first, then new, then old and new again on the second half, so drift spreads evenly).
+
+    .venv/bin/python benchmarks/collect_speed.py [--old COMMIT] [--trials 8] [--json benchmarks/results/collect_speed.json]
+
+Figures: wall time per `ok` record for each, their ratio (the speed-up), and for the candidates both
+measured (same task, sketch and decisions) how far their latencies agree (new / old). The new run's
+log says where a batch's time went (builds + reference, check, timing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tensorlang.data.dataset import read  # noqa: E402
+from tensorlang.machine import describe  # noqa: E402
+
+TASKS = ["data/workloads/resnet50/fused_conv2d10_subtract4_divide4_expand_dims2_multiply4_expand_dims2_add8_relu4.tsched",
+         "data/workloads/mobilenetv2/fused_conv2d11_subtract8_divide8_expand_dims5_multiply8_expand_dims5_add15_tir_clip5.tsched",
+         "data/workloads/bert-base/fused_matmul_add2.tsched",
+         "data/workloads/bert-base/layer_norm.tsched",
+         "data/workloads/bert-base/fused_softmax_broadcast_to5.tsched",
+         "data/workloads/gpt2/fused_matmul3_add4.tsched",
+         "data/workloads/bert-base/fused_reshape10_gelu_reshape11.tsched",
+         "data/workloads/resnet50/fused_conv2d12_subtract7_divide7_expand_dims1_multiply7_expand_dims1_add13_relu7.tsched"]
+
+
+def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path) -> float:
+    env = dict(os.environ, PYTHONPATH=str(code))  # this code's tensorlang package, the same venv
+    env.pop("TENSORLANG_HOST_CPU", None)
+    cmd = [sys.executable, "-m", "tensorlang", "collect", *tasks, "--target", "llvm", "--trials", str(trials),
+           "-o", str(out)]
+    t0 = time.monotonic()
+    with open(log, "a") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=code)
+    if r.returncode != 0:
+        raise SystemExit(f"collect failed in {code} (see {log})")
+    return time.monotonic() - t0
+
+
+def point_of(rec: dict) -> tuple:
+    t = rec["task"]
+    return (t["file"], t["op"], rec["sketch"], json.dumps(rec["decisions"]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", default="4d771e4", help="the commit to compare with")
+    ap.add_argument("--new", default=None, help="a commit as the new code (default: this checkout); "
+                                                "--new equal to --old measures the noise floor")
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "collect_speed.json"))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="collect-speed-"))
+    old = work / "old"
+    subprocess.run(["git", "worktree", "add", "--detach", str(old), args.old], cwd=ROOT, check=True,
+                   capture_output=True)
+    new = ROOT
+    if args.new:
+        new = work / "new"
+        subprocess.run(["git", "worktree", "add", "--detach", str(new), args.new], cwd=ROOT, check=True,
+                       capture_output=True)
+    try:
+        for t in TASKS:  # the old checkout has the workloads too, at the same paths
+            assert (old / t).exists(), t
+        halves = [TASKS[: len(TASKS) // 2], TASKS[len(TASKS) // 2:]]
+        wall = {"old": 0.0, "new": 0.0}
+        for i, part in enumerate(halves):
+            order = ("old", "new") if i == 0 else ("new", "old")
+            for who in order:
+                code = old if who == "old" else new
+                wall[who] += run_collect(code, part, work / f"{who}-data", args.trials, work / f"{who}.log")
+        recs = {who: [r for r in read(work / f"{who}-data")] for who in ("old", "new")}
+        ok = {who: {point_of(r): r for r in rs if r["status"] == "ok"} for who, rs in recs.items()}
+        shared = sorted(set(ok["old"]) & set(ok["new"]))
+        ratios = [ok["new"][p]["median_s"] / ok["old"][p]["median_s"] for p in shared]
+        per_record = {who: wall[who] / max(len(ok[who]), 1) for who in wall}
+        runs = [r.get("runs") for r in recs["new"] if r["status"] == "ok"]
+        report = {
+            "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
+            "old_commit": args.old, "new_commit": args.new or "this checkout", "trials": args.trials, "tasks": TASKS,
+            "wall_s": {k: round(v, 1) for k, v in wall.items()},
+            "records": {who: len(rs) for who, rs in recs.items()}, "ok_records": {who: len(v) for who, v in ok.items()},
+            "s_per_ok_record": {k: round(v, 2) for k, v in per_record.items()},
+            "speedup": round(per_record["old"] / per_record["new"], 2),
+            "shared_candidates": len(shared),
+            "latency_ratio_new_over_old": {
+                "median": round(statistics.median(ratios), 3) if ratios else None,
+                "within_5pct": round(sum(abs(r - 1) <= 0.05 for r in ratios) / len(ratios), 3) if ratios else None,
+                "p10": round(sorted(ratios)[len(ratios) // 10], 3) if ratios else None,
+                "p90": round(sorted(ratios)[len(ratios) * 9 // 10], 3) if ratios else None},
+            "new_runs_per_record": {str(k): runs.count(k) for k in sorted(set(runs), key=str)},
+            "new_log": (work / "new.log").read_text().splitlines()[-40:],
+        }
+    finally:
+        for tree in {old, new} - {ROOT}:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    print(f"{'':8} {'wall s':>8} {'ok records':>11} {'s / ok record':>14}")
+    for who in ("old", "new"):
+        print(f"{who:8} {report['wall_s'][who]:>8} {report['ok_records'][who]:>11} {report['s_per_ok_record'][who]:>14}")
+    lr = report["latency_ratio_new_over_old"]
+    print(f"speed-up {report['speedup']}x; {len(shared)} candidates measured by both: latency new/old median "
+          f"{lr['median']}, p10 {lr['p10']}, p90 {lr['p90']}, {lr['within_5pct']} within 5 %  "
+          f"(host {report['machine']['llvm_mcpu']})")
+    Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
