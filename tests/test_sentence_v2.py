@@ -343,3 +343,16 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
     again = reencode(root, log=lambda m: None)  # nothing left to do but the one it cannot
     assert (again["already_v2"], again["reencoded"], again["refused"]) == (5, 0, 1)
     assert {r["key"] for r in dataset.read(root)} == {r["key"] for r in recs.values()}
+
+
+def test_space_cli_prints_sentences_and_the_prompt(softmax):
+    import subprocess
+    import sys
+    base = [sys.executable, "-m", "tensorlang", "space", str(ROOT / "examples" / "softmax.tsched"), "--op", "softmax",
+            "--target", "cpu"]
+    r = subprocess.run(base + ["--sample", "2", "--sentences"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and all(S.decode(softmax, line.split()) for line in lines)
+    r = subprocess.run(base + ["--prompt"], capture_output=True, text=True, timeout=300)
+    assert r.stdout.split() == S.prompt_tokens(softmax)
