@@ -50,6 +50,10 @@ def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path)
     return time.monotonic() - t0
 
 
+def _sha(rev: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
 def point_of(rec: dict) -> tuple:
     t = rec["task"]
     return (t["file"], t["op"], rec["sketch"], json.dumps(rec["decisions"]))
@@ -90,7 +94,7 @@ def main() -> int:
         runs = [r.get("runs") for r in recs["new"] if r["status"] == "ok"]
         report = {
             "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
-            "old_commit": args.old, "new_commit": args.new or "this checkout", "trials": args.trials, "tasks": TASKS,
+            "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},
             "records": {who: len(rs) for who, rs in recs.items()}, "ok_records": {who: len(v) for who, v in ok.items()},
             "s_per_ok_record": {k: round(v, 2) for k, v in per_record.items()},
