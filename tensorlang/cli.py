@@ -528,6 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     dv.set_defaults(func=lambda args: __import__("tensorlang.data.corpus_check", fromlist=["x"]).main_verify(args))
     dsp = da_sub.add_parser("split", help="write the held-out split (data/split.json) from the extracted workloads")
     dsp.add_argument("-o", "--output", default="data/split.json")
+    dsp.add_argument("--move", nargs="*", metavar="DIR",
+                     help="measured dataset dirs whose held-out records move to data/heldout/<name of DIR>")
     dsp.set_defaults(func=lambda args: __import__("tensorlang.data.split", fromlist=["main_split"]).main_split(args))
     dr = da_sub.add_parser("relabel", help="name the host CPU in records made before records did (keeps key_v1)")
     dr.add_argument("dirs", nargs="+", help="measured dataset dirs")

@@ -251,3 +251,18 @@ def test_collect_records_heldout_tasks_apart(tmp_path):
     assert r.returncode == 0, r.stderr
     assert list(dataset.read(out)) == []
     assert [x["task"]["hash"] for x in dataset.read(held)] == [key, key]
+
+
+def test_move_heldout_takes_the_heldout_tasks_out_of_the_training_data(tmp_path):
+    from tensorlang.data.split import move_heldout
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": {"h1": ["x.tsched:x"]}}))
+    train = tmp_path / "measured" / "llvm"
+    with dataset.Writer(train) as w:
+        for i, task in enumerate(["t0", "h1", "t0", "h1", "t2"]):
+            w.append({"key": f"k{i}", "task": {"hash": task}})
+    (train / "metaschedule-32.done").write_text("t0|llvm|m\n")
+    assert move_heldout(train, tmp_path / "heldout", tmp_path / "split.json") == {"moved": 2, "kept": 3}
+    assert sorted(r["key"] for r in dataset.read(train)) == ["k0", "k2", "k4"]
+    assert sorted(r["key"] for r in dataset.read(tmp_path / "heldout")) == ["k1", "k3"]
+    assert (train / "metaschedule-32.done").read_text() == "t0|llvm|m\n"
+    assert not list(train.parent.glob("llvm.*"))

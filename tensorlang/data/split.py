@@ -63,9 +63,40 @@ def heldout_keys(path: str | Path = DEFAULT_PATH) -> frozenset[str]:
     return frozenset(json.loads(p.read_text())["heldout"]) if p.exists() else frozenset()
 
 
+def move_heldout(measured: str | Path, heldout: str | Path, path: str | Path = DEFAULT_PATH) -> dict:
+    """Move the records of held-out tasks out of a training dataset into the held-out one (records measured
+    before the split existed). The training dataset is rewritten beside itself and swapped in."""
+    import shutil
+    from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
+    keys = heldout_keys(path)
+    measured = Path(measured)
+    rest = measured.with_name(measured.name + ".split")
+    shutil.rmtree(rest, ignore_errors=True)
+    moved = kept = 0
+    with Writer(heldout) as out, Writer(rest, shard_records=SHARD_RECORDS) as train:
+        for rec in read(measured):
+            if rec["task"]["hash"] in keys:
+                out.append(rec)  # a record already there is not written twice
+                moved += 1
+            else:
+                train.append(rec)
+                kept += 1
+        out.close(compress_open=True)
+        train.close(compress_open=True)
+    for done in measured.glob("*.done"):
+        shutil.copy(done, rest / done.name)
+    old = measured.with_name(measured.name + ".presplit")
+    measured.rename(old)
+    rest.rename(measured)
+    shutil.rmtree(old)
+    return {"moved": moved, "kept": kept}
+
+
 def main_split(args) -> int:
     s = write(args.output)
     print(f"{args.output}: {len(s['heldout'])} of {s['tasks']} tasks held out "
           f"({', '.join(s['heldout_models'])}); {len(s['shared_with_training'])} of their tasks are shared with "
           f"training models and stay in distribution")
+    for d in args.move or []:  # measured before the split: move their held-out records out
+        print(f"{d}: {move_heldout(d, Path('data/heldout') / Path(d).name, args.output)}")
     return 0
