@@ -521,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--measured", nargs="*", default=None, help="measured dataset dirs (default: data/measured/*)")
     db.set_defaults(func=cmd_data_best)
     dv = da_sub.add_parser("verify", help="replay a sample of stored schedules per task in full; report rejections")
-    dv.add_argument("dirs", nargs="*", help="dataset dirs (default: data/measured/* and data/pretrain/*)")
+    dv.add_argument("dirs", nargs="*", help="dataset dirs (default: data/measured/*, data/heldout/*, data/pretrain/*)")
     dv.add_argument("--per-task", type=int, default=1, help="records replayed per task")
     dv.add_argument("--seed", type=int, default=0)
     dv.add_argument("--json", help="write the report here")

@@ -120,7 +120,7 @@ def verify(dirs: list[str | Path], per_task: int = 1, seed: int = 0, log=print) 
 def main_verify(args) -> int:
     import json
     import sys
-    dirs = args.dirs or sorted(str(p) for root in ("data/measured", "data/pretrain") for p in Path(root).glob("*")
+    dirs = args.dirs or sorted(str(p) for root in ("data/measured", "data/heldout", "data/pretrain") for p in Path(root).glob("*")
                                if p.is_dir())
     rep = verify(dirs, per_task=args.per_task, seed=args.seed, log=lambda m: print(m, file=sys.stderr, flush=True))
     out = rep.as_dict() | {"dirs": dirs, "per_task": args.per_task}
