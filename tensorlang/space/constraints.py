@@ -108,10 +108,21 @@ class Constraints:
     def on(self, sketch: int, k: int) -> list[Constraint]:
         return self.sketches.get(sketch, {}).get(k, [])
 
-    def allowed(self, space: Space, sketch: int, k: int, point) -> tuple:
-        """The values of decision k (its point's domain) that the constraints allow."""
+    def allowed(self, space: Space, sketch: int, k: int, point, made: tuple = ()) -> tuple:
+        """The values of decision k (its point's domain) that the constraints allow, after the decisions
+        `made`. On a GPU sketch with a limits model, a tile value is kept only if the tiles the constraints
+        fix later still fit with it (the model's own domains look at the decisions made, not ahead)."""
         cs = self.on(sketch, k)
-        return tuple(v for v in point.domain if all(c.admits(space, point, v) for c in cs))
+        out = tuple(v for v in point.domain if all(c.admits(space, point, v) for c in cs))
+        model = space.gpu_models[sketch]
+        if model is None or point.kind != TILE or k not in model.tile_extents:
+            return out
+        later = {d: c.factors for d, cs in self.sketches.get(sketch, {}).items() if d > k and d in model.tile_extents
+                 for c in cs if c.kind == TILE and c.fixes}
+        if not later:
+            return out
+        values = {d: v for d, v in enumerate(made) if d in model.tile_extents}
+        return tuple(v for v in out if model.feasible({**values, **later, k: v}))
 
     def holds(self, space: Space, point: Point) -> bool:
         """The point is in a sketch left and every constrained decision has an allowed value."""
@@ -155,6 +166,23 @@ class _Namer:
     def __init__(self, space: Space):
         from tensorlang.space.sentence import tensor_ids
         self.ids = tensor_ids(space.op)
+        # loop variable name -> (block, words) as the statements made the loop: a split's part `.p` of its
+        # loop, a fusion `a & b`. TVM drops a unit loop's variable from the bindings a fusion makes, so
+        # reading a loop off the bindings alone would depend on which factors are 1.
+        self.made: dict = {}
+
+    def note(self, sch, env, stmt, before) -> None:
+        """After a split or fuse: name its outputs from what it split or fused (`before`: their readings)."""
+        if stmt.prim not in ("split", "fuse") or not before or not stmt.targets:
+            return
+        names = [sch.get(env.loops[t.name]).loop_var.name for t in stmt.targets if t.name in env.loops]
+        if stmt.prim == "split":
+            block, words = before[0]
+            for p, name in enumerate(names):
+                self.made[name] = (block, words + (f".{p}",))
+        elif names:
+            words = tuple(w for n, (_, ws) in enumerate(before) for w in (("&",) if n else ()) + ws)
+            self.made[names[0]] = (before[0][0], words)
 
     def block(self, sch, rv) -> tuple:
         from tensorlang.space.sentence import block_tokens
@@ -171,12 +199,21 @@ class _Namer:
         from tensorlang.space.space import _enclosing_loops
         loop = sch.get(rv)
         outer = list(_enclosing_loops(sch, rv))
-        out = []
+        out = [self.made[loop.loop_var.name]] if loop.loop_var.name in self.made else []
         for realize, below in tir.block_realizes(loop):
             words = _role_words(_iter_users(realize, outer + list(below)), len(outer))
-            if words != ["free"]:
-                out.append((tuple(block_tokens(realize.block.name_hint, self.ids)), tuple(words)))
+            reading = (tuple(block_tokens(realize.block.name_hint, self.ids)), tuple(words))
+            if words != ["free"] and reading not in out:
+                out.append(reading)
         return out
+
+    def symbolic(self, sch, rv):
+        """The loop as the statements made it, else its first reading off the bindings."""
+        name = sch.get(rv).loop_var.name
+        if name in self.made:
+            return self.made[name]
+        readings = self.readings(sch, rv)
+        return readings[0] if readings else None
 
 
 @dataclass(frozen=True)
@@ -227,7 +264,7 @@ def _say(sch, env, namer: _Namer, n: int, stmt) -> _Said | None:
         buf = _const(args[1])
         if isinstance(buf, int):  # the buffer by index: by name, as the converter writes a unique one
             regions = list(getattr(sch.get(srv), "reads" if prim == "cache_read" else "writes"))
-            buf = regions[buf].buffer.name if 0 <= buf < len(regions) else buf
+            buf = regions[buf].source.name if 0 <= buf < len(regions) else buf
         return _Said(n, prim, namer.block(sch, srv), (buf, _const(args[2])))
     if prim == "rfactor" and len(args) >= 2:
         return _Said(n, prim, namer.loop(sch, resolve_loop(sch, env, args[0])), _const(args[1]))
@@ -238,6 +275,29 @@ def _say(sch, env, namer: _Namer, n: int, stmt) -> _Said | None:
         about = namer.loop(sch, rv) if isinstance(sch.get(rv), tirx.For) else namer.block(sch, rv)
         return _Said(n, prim, about, (_const(args[1]), _const(args[2])))
     return None
+
+
+def _operand_readings(sch, env, namer: _Namer, stmt) -> list:
+    """The symbolic readings of what a split or fuse takes (before it runs)."""
+    from tensorlang.lower.schedule import resolve_loop
+    if stmt.prim == "split":
+        loops = _positional(stmt)[:1]
+    elif stmt.prim == "fuse":
+        loops = _positional(stmt)
+    else:
+        return []
+    out = [namer.symbolic(sch, resolve_loop(sch, env, a)) for a in loops if isinstance(a, A.Ref)]
+    return out if all(r is not None for r in out) else []
+
+
+def _as_the_space_does(stmt):
+    """A compute-at keeps its unit loops, as every MetaSchedule sketch's does: the moved block's iterators
+    then read alike in the user's schedule and the replay's (`L0 .0` beside a unit loop, not `L0`)."""
+    if stmt.prim not in ("compute_at", "reverse_compute_at") or any(
+            isinstance(a, A.KwSchedArg) and a.name == "preserve_unit_loops" for a in stmt.args):
+        return stmt
+    from dataclasses import replace
+    return replace(stmt, args=stmt.args + (A.KwSchedArg("preserve_unit_loops", A.Ref(("True",))),))
 
 
 def _read(space: Space, stmts) -> tuple[list, Outside | None]:
@@ -251,7 +311,10 @@ def _read(space: Space, stmts) -> tuple[list, Outside | None]:
     for n, stmt in enumerate(stmts):
         try:
             s = _say(sch, env, namer, n, stmt)
-            errors = [d for d in apply_stmt(sch, env, stmt) if d.severity == "error"]
+            before = _operand_readings(sch, env, namer, stmt)
+            errors = [d for d in apply_stmt(sch, env, _as_the_space_does(stmt)) if d.severity == "error"]
+            if not errors:
+                namer.note(sch, env, stmt, before)
         except StmtError as e:
             errors = [e.diag]
         if errors:
@@ -280,7 +343,11 @@ def _sketch(space: Space, k: int) -> _Sketch:
     from tensorlang.space.convert import trace_to_statements
     from tensorlang.space.sentence import decision_head
     points: list = []
-    sch, _ = space._apply(k, lambda p, made: (points.append(p), p.domain[0])[1], space.gpu_models[k])
+
+    def first(p, made):  # tilings with the fewest unit factors: unit loops leave no trace in some bindings
+        points.append(p)
+        return min(p.domain, key=lambda f: sum(x == 1 for x in f)) if p.kind == TILE else p.domain[0]
+    sch, _ = space._apply(k, first, space.gpu_models[k])
     heads = [decision_head(space, k, i, p) for i, p in enumerate(points)]
     # the sketch's instructions as statements (before the postprocessors: what the sketch itself writes)
     stmts, _ = trace_to_statements(sch.trace, space.mod, space.op)
@@ -326,13 +393,13 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
             if h[0] == "TILE" and tuple(h[1:-1]) in s.about:
                 n = int(h[-1])
                 if len(parts) > n:
-                    return [], f"sketch {k} tiles {' '.join(h[1:-1])} into {n} factors, not {len(parts)}"
+                    return [], f"tiles {' '.join(h[1:-1])} into {n} factors, not {len(parts)}"
                 fixed = parts if len(parts) == n else parts
                 return [Constraint(s.stmt, i, TILE, h, factors=fixed)], ""
             if h[0] == "THREADS" and tuple(h[1:]) in s.about and len(parts) == 2 and parts[0] is None:
                 return [Constraint(s.stmt, i, CATEGORICAL, h, values=frozenset({parts[1]}))], ""
         if s.original:
-            return [], f"sketch {k} does not split {' '.join(sorted(s.about)[0])}"
+            return [], f"does not split {' '.join(sorted(s.about)[0])}"
         return None, "a split of a loop the schedule made: MetaSchedule's postprocessors decide it"
     if s.prim == "annotate":
         key, value = s.value
@@ -343,7 +410,7 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
                     if key == "pragma_unroll_explicit":  # written only with a step: the step is not 0
                         return [Constraint(s.stmt, i, CATEGORICAL, h, exclude=frozenset({0}))], ""
                     return [Constraint(s.stmt, i, CATEGORICAL, h, values=frozenset({value}))], ""
-            return [], f"sketch {k} samples no {' or '.join(sorted(w[0] for w in want))} step"
+            return [], f"samples no {' or '.join(sorted(w[0] for w in want))} step"
         if key == "meta_schedule.cooperative_fetch":
             for i, h in by_head:
                 if h[0] == "VECTOR" and tuple(h[1:]) == s.about:
@@ -357,7 +424,7 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
     if s.prim in _SKETCH_PRIMS:
         if any(_same_form(s, f) for f in sk.forms):
             return [], ""
-        return [], f"sketch {k} has no such {s.prim}"
+        return [], f"has no such {s.prim}"
     return None, f"{s.prim} follows from the sketch and its decisions (MetaSchedule's postprocessors)"
 
 
@@ -416,12 +483,11 @@ def constraints(space: Space, stmts) -> Constraints:
         if unenforced is not None and len(trial) == len(alive) and not why:
             out.unenforced.append((s.stmt, unenforced))
         if not trial:
-            first = next(iter(why.values()), "no sketch left has it")
-            reason = first if len(set(why.values())) == 1 else "; ".join(f"{r}" for r in why.values())
+            reason = _because(why)
             out.dropped.append(Outside(s.stmt, stmts[s.stmt].span, format_stmt(stmts[s.stmt]), reason))
             continue
         for k, r in why.items():
-            rejected.setdefault(k, f"`{format_stmt(stmts[s.stmt])}`: {r}")
+            rejected.setdefault(k, f"`{format_stmt(stmts[s.stmt])}`: sketch {k} {r}")
         alive.clear()
         alive.update(trial)
     # a replay per sketch left, within the constraints: sites only a replay knows are checked here
@@ -441,6 +507,15 @@ def constraints(space: Space, stmts) -> Constraints:
     return out
 
 
+def _because(why: dict) -> str:
+    """The sketches' reasons in one sentence: 'every sketch ...' when they agree."""
+    if not why:
+        return "no sketch left has it"
+    if len(set(why.values())) == 1:
+        return f"{'every sketch' if len(why) > 1 else f'sketch {next(iter(why))}'} {next(iter(why.values()))}"
+    return "; ".join(f"sketch {k} {r}" for k, r in sorted(why.items()))
+
+
 def _dead(space: Space, k: int, merged: dict, new: list) -> str:
     """Why the constraints leave a decision of sketch k no value, where its domain is known without a
     replay (tiles and categoricals of the sketch's static table); '' otherwise."""
@@ -451,7 +526,7 @@ def _dead(space: Space, k: int, merged: dict, new: list) -> str:
             continue
         if not any(all(x.admits(space, p, v) for x in merged[c.decision]) for v in p.domain):
             what = "the value written" if c.kind == CATEGORICAL else "the factors written"
-            return f"{what} for {' '.join(c.head)} is not among its legal values in sketch {k}"
+            return f"has no legal value of {' '.join(c.head)} that fits {what}"
     return ""
 
 
@@ -465,7 +540,7 @@ def _replay_within(space: Space, k: int, cons: Constraints, pick, convert: bool)
     dead: list = []
 
     def choose(point, made):
-        ok = cons.allowed(space, k, len(made), point)
+        ok = cons.allowed(space, k, len(made), point, tuple(made))
         if not ok:
             dead.append(f"sketch {k}: no legal value of {point.subject} satisfies the statements")
             raise ValueError(dead[-1])  # TVM hands it back as a RuntimeError
@@ -521,7 +596,7 @@ class ConstrainedTokens:
         if nt._point is None:  # the sketch index
             ok = set(self.cons.sketches)
         else:
-            ok = set(self.cons.allowed(self.space, nt.sketch, len(nt.decisions), nt._point))
+            ok = set(self.cons.allowed(self.space, nt.sketch, len(nt.decisions), nt._point, tuple(nt.decisions)))
         if isinstance(choice, _TileChoice):
             choice.cands = [f for f in choice.cands if f in ok]
         elif isinstance(choice, _Choice):
