@@ -398,7 +398,8 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
                 return [Constraint(s.stmt, i, TILE, h, factors=fixed)], ""
             if h[0] == "THREADS" and tuple(h[1:]) in s.about and len(parts) == 2 and parts[0] is None:
                 return [Constraint(s.stmt, i, CATEGORICAL, h, values=frozenset({parts[1]}))], ""
-        if s.original:
+        # (on GPU the postprocessors bind what a sketch left unbound by splitting it, `[None, threads]`)
+        if s.original and not (space.target.is_gpu and None in parts):
             return [], f"does not split {' '.join(sorted(s.about)[0])}"
         return None, "a split of a loop the schedule made: MetaSchedule's postprocessors decide it"
     if s.prim == "annotate":
