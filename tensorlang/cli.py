@@ -557,6 +557,14 @@ def build_parser() -> argparse.ArgumentParser:
     extract_cmd.add_arguments(ex)
     ex.set_defaults(func=extract_cmd.cmd_extract)
 
+    tr = sub.add_parser("train", help="train the tensor language model: --stage pretrain | finetune")
+    tr.set_defaults(func=lambda args: __import__("tensorlang.lm.train", fromlist=["x"]).main_train(args))
+    __import__("tensorlang.lm.train", fromlist=["x"]).add_arguments(tr)  # imports torch only when it runs
+
+    ge = sub.add_parser("generate", help="write schedules for @auto operators with the tensor language model")
+    __import__("tensorlang.lm.command", fromlist=["x"]).add_arguments(ge)
+    ge.set_defaults(func=lambda args: __import__("tensorlang.lm.command", fromlist=["x"]).main_generate(args))
+
     d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
     d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
     d.add_argument("--repeat", type=int, default=5)

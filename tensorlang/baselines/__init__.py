@@ -6,7 +6,10 @@ produce it (where the policy can say), and names the policy:
 - `random[:SEED]`: a uniform sample of the space;
 - `default`: TVM without search (DLight rules; no .tsched text);
 - `metaschedule[:N]`: MetaSchedule tuning with N trials (default 64), its best trace as .tsched text;
-- `auto`: the best available policy -- `roller`, until the tensor language model exists.
+- `tlm`: the tensor language model (baselines/tlm.py: greedy, legal by construction); `tlm:K`: K distinct
+  legal candidates measured, the fastest kept; without a model checkpoint, `roller` (warning TS409);
+- `auto`: the best available policy -- `tlm` where the model checkpoint exists, else `roller`. Inside the
+  language server's worker `auto` stays `roller` (the model is not wired into the LSP yet).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 from tensorlang.diagnostics import Diagnostic, error
 
-POLICIES = ("auto", "roller", "random", "default", "metaschedule")
+POLICIES = ("auto", "tlm", "roller", "random", "default", "metaschedule")
 
 
 @dataclass
@@ -25,8 +28,22 @@ class Generated:
     schedule_text: str | None = None  # .tsched statements, one per line, where the policy can express them
 
 
+def auto_policy() -> str:
+    """What `auto` means here: `tlm` where the shipped checkpoint exists (and not in the language server)."""
+    import sys
+    if "tensorlang.lsp.worker" in sys.modules or "tensorlang.lsp.server" in sys.modules:
+        return "roller"
+    from tensorlang.baselines.tlm import checkpoint_missing
+    return "roller" if checkpoint_missing() else "tlm"
+
+
 def generate(policy: str, mod, op, target) -> Generated:
     name, _, arg = policy.partition(":")
+    if name == "auto":
+        name = auto_policy()
+    if name == "tlm":
+        from tensorlang.baselines.tlm import tlm_schedule
+        return tlm_schedule(mod, op, target, int(arg) if arg else None)
     if name == "default":
         from tensorlang.baselines.default import default_schedule
         return default_schedule(mod, op, target)

@@ -1,0 +1,50 @@
+"""`tlm`: the tensor language model's schedule (lm/generate.py): greedy, constrained to the Space Builder's
+legal tokens, so it never fails to be legal. `tlm:K`: up to K distinct legal candidates (the greedy one,
+then seeded samples), measured with the bench harness, the fastest kept ("TLM + K trials").
+
+The default checkpoint (lm/checkpoints/default) is loaded once per process, on first use. Without one, the
+policy falls back to `roller` and says why.
+"""
+from __future__ import annotations
+
+from tensorlang.baselines import Generated
+from tensorlang.diagnostics import error, warning
+
+
+def checkpoint_missing(path=None) -> str | None:
+    from tensorlang.lm import model as M
+    from pathlib import Path
+    p = Path(path or M.DEFAULT_DIR)
+    if not p.is_dir() or not list(p.glob("*.safetensors")):
+        return f"no model checkpoint at {p}"
+    return None
+
+
+def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0) -> Generated:
+    from tensorlang.space.space import Infeasible, Space
+    missing = checkpoint_missing()
+    if missing:
+        from tensorlang.baselines import generate
+        gen = generate("roller", mod, op, target)
+        gen.diagnostics = [warning("TS409", f"policy tlm: {missing}; the roller policy made this schedule",
+                                   op.ast.name_span)] + list(gen.diagnostics)
+        return gen
+    from tensorlang.lm.generate import default_generator, fastest
+    try:
+        space = Space(op, mod, target)
+        gen = default_generator()
+        if samples and samples > 1:
+            outs = gen.sample(space, samples, seed=seed)
+            if target.is_gpu:  # no GPU here to time them: the greedy one
+                best = outs[0]
+            else:
+                best, _ = fastest(outs, op, target)
+                if best is None:
+                    return Generated(None, f"tlm:{samples}", [error(
+                        "TS406", f"policy tlm:{samples}: none of {len(outs)} candidates ran correctly", op.ast.name_span)])
+        else:
+            best = gen.generate(space)
+    except (Infeasible, ValueError) as e:
+        return Generated(None, "tlm", [error("TS406", f"policy tlm found no schedule for '{op.name}': {e}",
+                                             op.ast.name_span)])
+    return Generated(best.point.mod, "tlm" if not samples else f"tlm:{samples}", [], best.schedule_text)

@@ -1,0 +1,229 @@
+"""The Generator: schedules from the tensor language model, legal by construction, in one pass.
+
+    gen = Generator()                      # the shipped checkpoint (lm/checkpoints/default)
+    out = gen.generate(space)              # greedy: out.point (sketch, decisions, .stmts, .mod), out.tokens
+    outs = gen.sample(space, k=8, seed=0)  # up to 8 distinct legal schedules (greedy first)
+
+Decoding is constrained by the Space Builder: at every step a LogitsProcessor (`LegalTokens`) leaves only
+the legal next tokens of `NextTokens` (everything else -inf), so no output is ever rejected or retried.
+Tokens with one legal choice (forced: SKETCH, DECISIONS, the decision heads, ...) are fed together with the
+next chosen token in one forward step; the prompt and the forced tokens after it are the prefill. KV cache on.
+Greedy ties go to the lowest token id (torch.argmax over the legal ids in ascending order returns the
+first maximum). Same space and model -> the same tokens.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Output:
+    point: object  # space.Point: sketch, decisions, stmts, mod
+    tokens: list  # the schedule part (SKETCH ... [EOS])
+    steps: int = 0  # forward passes (prefill included)
+    free: int = 0  # tokens the model chose
+    forced: int = 0  # tokens fed without a choice
+    seconds: dict = field(default_factory=dict)  # decode, finish
+
+    @property
+    def schedule_text(self) -> str:
+        from tensorlang.parser.printer import format_stmt
+        return "".join(format_stmt(s) + "\n" for s in self.point.stmts)
+
+
+_CACHE_ARG = "cache"  # transformers >= 5.2x; `past_key_values` before
+
+
+def _cache(out):
+    global _CACHE_ARG
+    c = out.get("cache")
+    if c is None:
+        _CACHE_ARG = "past_key_values"
+        c = out.get("past_key_values")
+    return c
+
+
+class LegalTokens:
+    """A `transformers.LogitsProcessor`: -inf on every token NextTokens does not allow."""
+
+    def __init__(self, next_tokens):
+        self.nt = next_tokens
+
+    def allowed(self) -> list[int]:
+        return sorted(self.nt.allowed_ids())
+
+    def __call__(self, input_ids, scores):
+        import torch
+        allowed = torch.tensor(self.allowed(), dtype=torch.long, device=scores.device)
+        out = torch.full_like(scores, float("-inf"))
+        out[..., allowed] = scores[..., allowed]
+        return out
+
+
+def _logits_processor_base():
+    from transformers import LogitsProcessor
+    return LogitsProcessor
+
+
+class Generator:
+    def __init__(self, path: str | Path | None = None, device: str | None = None):
+        import torch
+
+        from tensorlang.lm import model as M
+        from tensorlang.space import sentence as S
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        t0 = time.perf_counter()
+        self.model, self.card = M.load(path, self.device)
+        self.load_s = time.perf_counter() - t0
+        self.path = Path(path or M.DEFAULT_DIR)
+        self.words = S.vocabulary()
+        self.ids = S.token_ids()
+        self.quality = self.card.get("generation_quality_token")
+        # make LegalTokens a real LogitsProcessor subclass (transformers imported by now)
+        global LegalTokens
+        if not issubclass(LegalTokens, _logits_processor_base()):
+            LegalTokens = type("LegalTokens", (LegalTokens, _logits_processor_base()), {})
+
+    @property
+    def name(self) -> str:
+        from tensorlang.lm import model as M
+        return M.version(self.card)
+
+    def prompt(self, space) -> list[str]:
+        from tensorlang.space import sentence as S
+        return ([self.quality] if self.quality else []) + S.prompt_tokens(space)
+
+    # ------------------------------------------------------------------ decoding
+    def _start(self, space):
+        """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
+        import torch
+
+        from tensorlang.space.sentence import NextTokens
+        nt = NextTokens(space)
+        fed = [self.ids[t] for t in self.prompt(space)]
+        forced = self._push_forced(nt)
+        fed += [self.ids[t] for t in forced]
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([fed], device=self.device), use_cache=True)
+        return nt, _cache(out), out.logits[0, -1], fed, len(forced)
+
+    @staticmethod
+    def _push_forced(nt) -> list[str]:
+        """Push every token that has a single legal choice from here (NextTokens.forced(), without the fork)."""
+        pushed = []
+        while not nt.done:
+            allowed = nt.allowed()
+            if len(allowed) != 1:
+                break
+            tok = next(iter(allowed))
+            nt.push(tok)
+            pushed.append(tok)
+        return pushed
+
+    def _decode(self, nt, past, logits, choose) -> tuple[list, int, int, int]:
+        import torch
+        proc = LegalTokens(nt)
+        free = forced_n = steps = 0
+        while not nt.done:
+            allowed = proc.allowed()
+            if not allowed:
+                raise RuntimeError(f"no legal token after {nt.tokens[-8:]} ({nt.error})")
+            tok = choose(logits, allowed)
+            nt.push(self.words[tok])
+            free += 1
+            forced = self._push_forced(nt)
+            forced_n += len(forced)
+            if nt.done:
+                break
+            feed = [tok] + [self.ids[t] for t in forced]
+            with torch.inference_mode():
+                out = self.model(input_ids=torch.tensor([feed], device=self.device), use_cache=True,
+                                 **{_CACHE_ARG: past})
+            past, logits = _cache(out), out.logits[0, -1]
+            steps += 1
+        return nt.tokens, free, forced_n, steps
+
+    @staticmethod
+    def _greedy(logits, allowed: list[int]) -> int:
+        import torch
+        idx = torch.tensor(allowed, device=logits.device)
+        return allowed[int(torch.argmax(logits[idx].float()))]  # first maximum: the lowest id among ties
+
+    def generate(self, space) -> Output:
+        """The greedy schedule for a space (its target is in the prompt)."""
+        t0 = time.perf_counter()
+        nt, past, logits, _, forced0 = self._start(space)
+        try:
+            tokens, free, forced, steps = self._decode(nt, past, logits, self._greedy)
+            t1 = time.perf_counter()
+            point = nt.finish()
+        finally:
+            nt.close()
+        t2 = time.perf_counter()
+        return Output(point, list(tokens), steps + 1, free, forced + forced0,
+                      {"decode": t1 - t0, "finish": t2 - t1})
+
+    def sample(self, space, k: int, seed: int = 0, temperature: float = 1.0, attempts: int | None = None) -> list[Output]:
+        """Up to k distinct legal schedules: the greedy one, then seeded samples (as many as the space holds
+        within `attempts`, default 4k + 4)."""
+        import copy
+
+        import torch
+        outs = [self.generate(space)]
+        seen = {(outs[0].point.sketch, tuple(outs[0].point.decisions))}
+        if k <= 1:
+            return outs[:k]
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        def choose(logits, allowed):
+            idx = torch.tensor(allowed, device=logits.device)
+            p = torch.softmax(logits[idx].float().cpu() / temperature, dim=-1)
+            return allowed[int(torch.multinomial(p, 1, generator=gen))]
+
+        nt0, past0, logits0, _, forced0 = self._start(space)
+        try:
+            for _ in range(attempts if attempts is not None else 4 * k + 4):
+                if len(outs) >= k:
+                    break
+                t0 = time.perf_counter()
+                nt = nt0.fork()
+                try:
+                    tokens, free, forced, steps = self._decode(nt, copy.deepcopy(past0), logits0, choose)
+                    key = (nt.sketch, tuple(nt.decisions))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    t1 = time.perf_counter()
+                    point = nt.finish()
+                finally:
+                    nt.close()
+                outs.append(Output(point, list(tokens), steps + 1, free, forced + forced0,
+                                   {"decode": t1 - t0, "finish": time.perf_counter() - t1}))
+        finally:
+            nt0.close()
+        return outs
+
+
+_DEFAULT: dict = {}
+
+
+def default_generator(path: str | Path | None = None) -> Generator:
+    """One Generator per checkpoint per process (loaded on first use)."""
+    from tensorlang.lm import model as M
+    key = str(Path(path or M.DEFAULT_DIR).resolve())
+    if key not in _DEFAULT:
+        _DEFAULT[key] = Generator(key)
+    return _DEFAULT[key]
+
+
+def fastest(outputs: list[Output], op, target, repeat: int = 5, timeout_s: float = 30.0):
+    """Measure candidates with the bench harness; (best output, results). Only correct, timed ones count."""
+    from tensorlang.bench.harness import OK, Candidate, measure_candidates
+    cands = [Candidate(f"tlm#{i}", op, target, o.schedule_text) for i, o in enumerate(outputs)]
+    results = measure_candidates(cands, repeat=repeat, timeout_s=timeout_s)
+    timed = [(r.median_s, i) for i, r in enumerate(results) if r.status == OK and r.median_s]
+    if not timed:
+        return None, results
+    return outputs[min(timed)[1]], results

@@ -1,0 +1,216 @@
+"""`tensorlang train`: the tensor language model, trained in stages with `transformers.Trainer`.
+
+    tensorlang train --stage pretrain --size 4x256 --max-tokens 2000000 --minutes 15 -o runs/4x256/pretrain
+    tensorlang train --stage finetune --init runs/4x256/pretrain --minutes 5 -o runs/4x256/finetune
+
+1. pretrain: the sampled sentences (data/pretrain/*), loss on the decisions (data.decision_mask);
+2. finetune: every correct measured record (data/measured/*), prefixed by its quality token.
+
+Held-out tasks (data/split.json) never reach fine-tuning: `train` refuses records of them. The validation
+tasks (data.is_validation) are kept out of both stages; each stage ends with its validation loss.
+
+The whole run holds the machine-wide measurement lock (no kernel is timed beside it; the background
+collector waits). Trainer checkpoints go to OUT/checkpoints (`--resume` continues from the last one); the
+final model is OUT itself (safetensors, tokenizer, model card). Deterministic given `--seed`; the same code
+on CPU and CUDA.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+from tensorlang.lm import data as D
+from tensorlang.lm import model as M
+
+
+def _trainer_class():
+    from transformers import Trainer
+
+    class TLMTrainer(Trainer):
+        """Trainer whose logs (the progress bar's lines) carry tokens/s."""
+
+        def log(self, logs, start_time=None):
+            seen = getattr(self.state, "num_input_tokens_seen", 0) or 0
+            if self._tlm_t0 is not None and "loss" in logs:
+                dt = time.monotonic() - self._tlm_t0
+                if dt > 0:
+                    logs["tokens_per_s"] = round((seen - self._tlm_seen0) / dt, 1)
+                logs["tokens_seen"] = int(seen)
+            super().log(logs, start_time)
+
+    return TLMTrainer
+
+
+def _callbacks(deadline: float | None):
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def __init__(self, trainer_ref):
+            self.ref = trainer_ref
+
+        def on_train_begin(self, args, state, control, **kw):
+            t = self.ref[0]
+            t._tlm_t0, t._tlm_seen0 = time.monotonic(), getattr(state, "num_input_tokens_seen", 0) or 0
+
+        def on_step_end(self, args, state, control, **kw):
+            if deadline is not None and time.time() > deadline:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return Clock
+
+
+def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path | None = None,
+          max_tokens: int | None = None, minutes: float | None = None, resume: bool = False, seed: int = 0,
+          batch_size: int = 16, lr: float | None = None, epochs: float | None = None,
+          pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
+          exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
+          logging_steps: int = 10, dtype: str | None = None, lock: bool = True, log=print) -> dict:
+    """Run one stage; returns its entry of the model card (also written to OUT)."""
+    if stage not in ("pretrain", "finetune"):
+        raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
+    import torch
+    from transformers import TrainingArguments, set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = Path(out)
+    heldout = D.HeldOut.load(split_path)
+    set_seed(seed)
+    if stage == "pretrain":
+        records = D.pretrain_records(pretrain_dirs)
+        corpus = D.build(records, False, heldout, max_tokens=max_tokens, seed=seed, validation_cap=validation_cap,
+                         include_heldout=not exclude_heldout_pretrain)
+        sources = list(map(str, pretrain_dirs))
+    else:
+        records = D.measured_records(measured_dirs)
+        D.refuse_heldout(records, heldout, f"train --stage finetune ({', '.join(map(str, measured_dirs))})")
+        corpus = D.build(records, True, heldout, max_tokens=max_tokens, seed=seed, validation_cap=validation_cap)
+        sources = list(map(str, measured_dirs))
+    if not corpus.train:
+        raise ValueError(f"{stage}: no training examples in {', '.join(sources)}")
+    log(f"{stage}: {corpus.stats['train_examples']} sentences ({corpus.stats['train_tokens']:,} tokens, "
+        f"{corpus.stats['train_label_tokens']:,} with loss) of {corpus.stats['train_tasks']} tasks; validation "
+        f"{corpus.stats['validation_examples']} sentences of {corpus.stats['validation_tasks']} tasks", file=sys.stderr)
+
+    card: dict = {}
+    if init is not None:
+        model, card = M.load(init)
+        model.train()
+        size = card.get("size", f"{model.config.n_layer}x{model.config.n_embd}")
+    else:
+        if stage == "finetune":
+            raise ValueError("finetune starts from a pre-trained model: --init DIR")
+        model = M.build(size, seed)
+    cuda = torch.cuda.is_available()
+    epochs = epochs if epochs is not None else (1.0 if stage == "pretrain" else 4.0)
+    lr = lr if lr is not None else (1e-3 if stage == "pretrain" else 3e-4)
+    steps = max(1, math.ceil(len(corpus.train) / batch_size * epochs))
+    ckpt_dir = out / "checkpoints"
+    args = TrainingArguments(
+        output_dir=str(ckpt_dir), per_device_train_batch_size=batch_size, per_device_eval_batch_size=batch_size,
+        max_steps=steps, learning_rate=lr, weight_decay=0.01, warmup_steps=max(1, steps // 20),
+        lr_scheduler_type="cosine", logging_steps=logging_steps, save_strategy="steps", save_steps=save_steps,
+        save_total_limit=2, seed=seed, data_seed=seed, report_to=[], dataloader_num_workers=0,
+        remove_unused_columns=False, use_cpu=not cuda, include_num_input_tokens_seen="non_padding", train_sampling_strategy="group_by_length", disable_tqdm=False,
+        eval_strategy="no", max_grad_norm=1.0)
+    ref: list = []
+    trainer = _trainer_class()(model=model, args=args, data_collator=D.collate, train_dataset=D.Examples(corpus.train),
+                               callbacks=[_callbacks(time.time() + minutes * 60 if minutes else None)(ref)])
+    trainer._tlm_t0, trainer._tlm_seen0 = None, 0
+    ref.append(trainer)
+    last = get_last_checkpoint(str(ckpt_dir)) if resume and ckpt_dir.exists() else None
+    if resume and last is None:
+        log(f"{stage}: no checkpoint in {ckpt_dir}; starting afresh", file=sys.stderr)
+
+    from tensorlang.bench.lock import measure_lock
+    import contextlib
+    with (measure_lock() if lock else contextlib.nullcontext()) as held:
+        if held is not None and held.wait_s > 1:
+            log(f"{stage}: waited {held.wait_s:.0f} s for the measurement lock", file=sys.stderr)
+        t0 = time.time()
+        result = trainer.train(resume_from_checkpoint=last)
+        train_s = time.time() - t0
+        val_loss = None
+        if corpus.validation:
+            val_loss = trainer.evaluate(eval_dataset=D.Examples(corpus.validation))["eval_loss"]
+        # the other stage's validation loss too, where it exists: how much pre-training is kept / fine-tuning adds
+        other = {}
+        try:
+            if stage == "finetune":
+                pv = D.build(D.pretrain_records(pretrain_dirs), False, heldout, seed=seed, validation_cap=validation_cap,
+                             max_tokens=0)
+                if pv.validation:
+                    other["validation_loss_pretrain_sentences"] = trainer.evaluate(
+                        eval_dataset=D.Examples(pv.validation))["eval_loss"]
+        except Exception as e:  # reported, never fatal
+            other["validation_loss_pretrain_sentences_error"] = str(e)[:200]
+    state = trainer.state
+    seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+    entry = {"stage": stage, "data": sources, **{k: v for k, v in corpus.stats.items()}, "steps": state.global_step,
+             "planned_steps": steps, "epochs_planned": epochs, "batch_size": batch_size, "lr": lr,
+             "tokens_seen": seen, "train_seconds": round(train_s, 1),
+             "tokens_per_s": round(seen / train_s, 1) if train_s > 0 and not last else None,
+             "train_loss": round(float(result.training_loss), 4), "validation_loss": None if val_loss is None
+             else round(float(val_loss), 4), "seed": seed, "device": "cuda" if cuda else "cpu",
+             "resumed_from": str(last) if last else None, "stopped_by_time": state.global_step < steps,
+             **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
+    if stage == "pretrain":
+        entry["heldout_tasks_unmeasured_samples"] = ("excluded" if exclude_heldout_pretrain else
+                                                     f"included ({corpus.stats['heldout_tasks_in_training']} held-out "
+                                                     f"tasks' unmeasured samples; no measurement of them)")
+    stages = [s for s in card.get("stages", []) if s.get("stage") != stage] + [entry]
+    from tensorlang.machine import host
+    from tensorlang.space import sentence as S
+    card.update({"size": size, "seed": seed, "stages": stages, "version": f"v{len(stages)}",
+                 "vocab": " ".join(S.version_tokens()), "host": f"{host().name} ({host().cores} cores)",
+                 "quality_conditioned": any(s["stage"] == "finetune" for s in stages),
+                 "generation_quality_token": D.TOP_QUALITY if any(s["stage"] == "finetune" for s in stages) else None,
+                 "quality_buckets": {f"Q{i}": f"<= {b}x the best known for the task on that machine"
+                                     for i, b in enumerate(D.QUALITY_BOUNDS)} | {"Q3": "slower"},
+                 "gpu": "untuned for GPUs: no GPU measurement was in fine-tuning; CUDA generation is constrained "
+                        "(legal) but its choices are only the pre-training distribution's"})
+    M.save(trainer.model, out, card, dtype=dtype)
+    log(f"{stage}: {state.global_step} steps, {seen:,} tokens seen in {train_s:.0f} s; train loss "
+        f"{entry['train_loss']}, validation loss {entry['validation_loss']}; model in {out}", file=sys.stderr)
+    return entry
+
+
+def main_train(args) -> int:
+    from tensorlang.lm.data import HeldOutRefused
+    try:
+        train(args.stage, args.output, size=args.size, init=args.init, max_tokens=args.max_tokens,
+              minutes=args.minutes, resume=args.resume, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
+              epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
+              measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
+              exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype,
+              log=lambda *a, **k: print(*a, **k))
+    except HeldOutRefused as e:
+        print(f"tensorlang train: error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"tensorlang train: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--stage", required=True, choices=("pretrain", "finetune"))
+    p.add_argument("--size", default="4x256", help="LAYERSxHIDDEN (default 4x256)")
+    p.add_argument("--init", help="start from this checkpoint (required for finetune)")
+    p.add_argument("--max-tokens", type=int, default=None, help="cap the stage's training sentences at N tokens")
+    p.add_argument("--minutes", type=float, default=None, help="stop (and save) after M minutes")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--epochs", type=float, default=None, help="passes over the stage's sentences (1 / 4)")
+    p.add_argument("--pretrain", action="append", help="pre-training dataset dirs (default data/pretrain/*)")
+    p.add_argument("--measured", action="append", help="measured dataset dirs (default data/measured/*)")
+    p.add_argument("--split", default="data/split.json", help="the held-out split")
+    p.add_argument("--exclude-heldout", action="store_true",
+                   help="also keep the held-out tasks' unmeasured samples out of pre-training")
+    p.add_argument("--dtype", choices=("float16", "bfloat16"), help="save the weights in half precision")
+    p.add_argument("-o", "--output", required=True)

@@ -1,0 +1,324 @@
+"""The tensor language model (tensorlang/lm): data and its loss mask, training (stages, resume, the held-out
+refusal), checkpoints (safetensors), and constrained generation (legal, deterministic across processes).
+
+A tiny model (2 layers x 64) is trained here for a few dozen steps on a few hundred sentences sampled from
+two small operators' spaces, so each test takes seconds; the shipped model is trained by `tensorlang train`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EX = ROOT / "examples"
+
+SRC = """
+target cpu = llvm()
+target gpu = cuda(arch = "sm_90")
+
+@auto
+op mm(A: f32[64, 48], B: f32[48, 32]) -> C: f32[64, 32] {
+    C[i, j] += A[i, k] * B[k, j]
+}
+
+@auto
+op rowmax(X: f32[32, 96]) -> M: f32[32] {
+    M[i] max= X[i, k]
+}
+"""
+
+
+def _spaces(text=SRC, target="cpu"):
+    from tensorlang import api
+    from tensorlang.space.space import Space
+    doc = api.load_text(text, "<lm-test>")
+    return doc, {n: Space(op, doc.primfunc(n), doc.model.targets[target]) for n, op in doc.model.ops.items()}
+
+
+def _write_records(root: Path, records: list[dict]) -> Path:
+    from tensorlang.data.dataset import Writer, checksum
+    with Writer(root) as w:
+        for r in records:
+            r = dict(r)
+            r["sha256"] = checksum(r)
+            w.append(r)
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Pre-training sentences (sampled from the two operators' CPU spaces) and measured-looking records."""
+    from tensorlang.data.collect import op_hash
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Point
+    root = tmp_path_factory.mktemp("lm-data")
+    doc, spaces = _spaces()
+    pre, meas = [], []
+    for name, space in spaces.items():
+        task = {"file": "lm-test.tsched", "op": name, "hash": op_hash(space.op)}
+        for n, (sketch, decisions, kinds) in enumerate(space.sample_decisions(120, seed=1)):
+            sent = " ".join(S.encode(space, Point(sketch, decisions), list(kinds)))
+            pre.append({"key": f"{name}-{n}", "sentence": sent, "target": "llvm", "task": task})
+            if n < 30:  # a fake latency ladder: each record's quality is computed from it
+                meas.append({"key": f"m-{name}-{n}", "sentence": sent, "target": "llvm", "task": task, "status": "ok",
+                             "median_s": 1e-3 * (1 + n / 10), "machine": "test", "sketch": sketch,
+                             "decisions": [list(d) if isinstance(d, tuple) else d for d in decisions]})
+    _write_records(root / "pretrain", pre)
+    _write_records(root / "measured", meas)
+    (root / "split.json").write_text(json.dumps({"heldout": {}}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(corpus, tmp_path_factory):
+    """A 2 x 64 model: pre-trained, then fine-tuned, on the fixture's sentences."""
+    from tensorlang.lm import train as T
+    out = tmp_path_factory.mktemp("lm-model")
+    os.environ.setdefault("TENSORLANG_MEASURE_LOCK", str(out / "lock"))
+    common = dict(pretrain_dirs=[corpus / "pretrain"], measured_dirs=[corpus / "measured"],
+                  split_path=corpus / "split.json", batch_size=16, log=lambda *a, **k: None)
+    pre = T.train("pretrain", out / "pre", size="2x64", epochs=2, save_steps=1000, **common)
+    fine = T.train("finetune", out / "fine", init=out / "pre", epochs=2, save_steps=1000, **common)
+    return out, pre, fine
+
+
+def test_quality_buckets_and_records(corpus):
+    from tensorlang.lm import data as D
+    assert [D.quality_token(x) for x in (1.0, 1.05, 1.06, 1.25, 1.9, 2.0, 2.01, 50)] == \
+        ["Q0", "Q0", "Q1", "Q1", "Q2", "Q2", "Q3", "Q3"]
+    recs = D.measured_records([corpus / "measured"])
+    by_task = {}
+    for r in recs:
+        by_task.setdefault(r["task"]["hash"], []).append(r)
+    for rs in by_task.values():  # the best of each task is Q0 and its ratio 1
+        best = min(rs, key=lambda r: r["median_s"])
+        assert best["quality"] == "Q0" and best["ratio"] == 1.0
+        assert {r["quality"] for r in rs} == {"Q0", "Q1", "Q2", "Q3"}
+    ex = D.build(recs, True, D.HeldOut(), validation_cap=0)
+    assert ex.train and all(e["input_ids"][0] in {M_ids(q) for q in ("Q0", "Q1", "Q2", "Q3")} for e in ex.train)
+
+
+def test_loss_mask_covers_exactly_the_choices():
+    """Labels are -100 on the prompt and on every forced token; every token with more than one legal choice
+    (NextTokens) carries its label."""
+    from tensorlang.lm import data as D
+    from tensorlang.space import sentence as S
+    from tensorlang.space.space import Point
+    for space in _spaces()[1].values():
+        prompt = S.prompt_tokens(space)
+        for sketch, decisions, kinds in space.sample_decisions(6, seed=3):
+            toks = S.encode(space, Point(sketch, decisions), list(kinds))
+            ex = D.example(toks, S.token_ids())
+            mask = [lab != D.IGNORE for lab in ex["labels"]]
+            assert not any(mask[:len(prompt)])
+            nt = S.NextTokens(space)
+            free_positions = []
+            for k, tok in enumerate(toks[len(prompt):], start=len(prompt)):
+                allowed = nt.allowed()
+                if len(allowed) > 1:
+                    free_positions.append(k)
+                elif tok in ("SKETCH", "DECISIONS", "TILE", "UNROLL", "LOC", "VECTOR", "THREADS", "[EOS]"):
+                    assert not mask[k], (k, tok)  # heads carry no loss
+                nt.push(tok)
+            nt.close()
+            assert all(mask[k] for k in free_positions), [toks[k] for k in free_positions if not mask[k]]
+            assert ex["labels"][-1] == D.IGNORE and toks[-1] == "[EOS]"
+
+
+def test_validation_split_is_deterministic_and_apart():
+    from tensorlang.lm import data as D
+    keys = [f"{n:016x}" for n in range(2000)]
+    val = [k for k in keys if D.is_validation(k)]
+    assert 150 < len(val) < 250 and val == [k for k in keys if D.is_validation(k)]
+
+
+def test_heldout_matches_v1_keys_and_files():
+    from tensorlang.lm import data as D
+    h = D.HeldOut(frozenset({"aaaa"}), frozenset({"m/x.tsched:x"}))
+    assert {"hash": "bbbb", "hash_v1": "aaaa"} in h and {"hash": "aaaa"} in h
+    assert {"hash": "c", "file": "m/x.tsched", "op": "x"} in h and {"hash": "c", "file": "m/y.tsched", "op": "y"} not in h
+
+
+def test_train_refuses_heldout_tasks(corpus, tmp_path, monkeypatch):
+    from tensorlang.lm import data as D
+    from tensorlang.lm import train as T
+    monkeypatch.setenv("TENSORLANG_MEASURE_LOCK", str(tmp_path / "lock"))
+    recs = D.measured_records([corpus / "measured"])
+    key = recs[0]["task"]["hash"]
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"heldout": {key: ["lm-test.tsched:mm"]}}))
+    with pytest.raises(D.HeldOutRefused, match="held-out"):
+        T.train("finetune", tmp_path / "out", init=tmp_path / "none", measured_dirs=[corpus / "measured"],
+                split_path=split, log=lambda *a, **k: None)
+    assert not (tmp_path / "out").exists()
+    # and the command says so (exit 1), before loading any model
+    from tensorlang import cli
+    assert cli.main(["train", "--stage", "finetune", "--init", str(tmp_path / "none"), "--measured",
+                     str(corpus / "measured"), "--split", str(split), "-o", str(tmp_path / "out2")]) == 1
+
+
+def test_training_stages_and_model_card(tiny):
+    out, pre, fine = tiny
+    assert pre["steps"] > 0 and pre["tokens_seen"] > 0 and pre["validation_loss"] is not None or \
+        pre["validation_examples"] == 0
+    assert pre["train_label_tokens"] < pre["train_tokens"] / 2  # the loss is on the decisions only
+    from tensorlang.lm import model as M
+    card = M.read_card(out / "fine")
+    assert [s["stage"] for s in card["stages"]] == ["pretrain", "finetune"]
+    assert card["quality_conditioned"] and card["generation_quality_token"] == "Q0"
+    assert "untuned for GPUs" in card["gpu"] and card["size"] == "2x64"
+    assert (out / "fine" / "README.md").read_text().startswith("# tlm-2x64 v2+")
+    # the fine-tune learnt something: its loss fell below a uniform guess over the vocabulary
+    import math
+    assert fine["train_loss"] < math.log(1086)
+
+
+def test_checkpoint_is_safetensors_and_round_trips(tiny, tmp_path):
+    import torch
+    from safetensors import safe_open
+
+    from tensorlang.lm import model as M
+    out = tiny[0] / "fine"
+    names = {p.name for p in out.iterdir() if p.is_file()}
+    assert "model.safetensors" in names and "tokenizer.json" in names and "model_card.json" in names
+    assert not [n for n in names if n.endswith((".bin", ".pt", ".pkl", ".pth"))]
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert len(list(f.keys())) > 0
+    model, card = M.load(out)
+    M.save(model, tmp_path / "copy", card)
+    again, card2 = M.load(tmp_path / "copy")
+    x = torch.tensor([[3, 10, 20, 30]])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=x).logits, again(input_ids=x).logits)
+    assert card2["weights_sha256"] == card["weights_sha256"]
+    from tensorlang.lm import tokenizer as Tok
+    tok = Tok.load(out)
+    assert tok.convert_tokens_to_ids(["SKETCH", "Q0"]) == [M_ids("SKETCH"), M_ids("Q0")]
+
+
+def M_ids(word):
+    from tensorlang.space import sentence as S
+    return S.token_ids()[word]
+
+
+def test_resume_continues_from_the_last_checkpoint(corpus, tmp_path, monkeypatch):
+    import shutil
+
+    from tensorlang.lm import train as T
+    monkeypatch.setenv("TENSORLANG_MEASURE_LOCK", str(tmp_path / "lock"))
+    common = dict(size="2x64", pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", batch_size=16,
+                  epochs=1, save_steps=4, validation_cap=8, log=lambda *a, **k: None)
+    first = T.train("pretrain", tmp_path / "run", **common)
+    steps = first["steps"]
+    ckpts = sorted((tmp_path / "run" / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert int(ckpts[-1].name.split("-")[1]) == steps and len(ckpts) == 2
+    shutil.rmtree(ckpts[-1])  # as if killed after the checkpoint before the last
+    again = T.train("pretrain", tmp_path / "run", resume=True, **common)
+    assert again["resumed_from"] == str(ckpts[-2]) and again["steps"] == steps
+
+
+def _check_lowers(text: str, op: str, target: str, stmts):
+    from tensorlang import api
+    from tensorlang import diagnostics as Dg
+    from tensorlang.space.convert import render_schedule
+    doc = api.load_text(text + "\n" + render_schedule(op, target, stmts), "<generated>")
+    diags = api.check(doc)
+    assert not Dg.has_errors(diags), [d.message for d in diags]
+    low = api.lower_op(doc, op, target)
+    assert low.ok and low.policy == "schedule", [d.message for d in low.diagnostics]
+
+
+def test_generation_is_legal_on_cpu_and_gpu(tiny):
+    from tensorlang.lm.generate import Generator
+    from tensorlang.space.membership import locate  # noqa: F401  (membership: replay in finish() already checks)
+    gen = Generator(tiny[0] / "fine")
+    assert gen.quality == "Q0"
+    auto = (EX / "auto.tsched").read_text()
+    for text, target in ((SRC, "cpu"), (SRC, "gpu"), (auto, "llvm")):
+        doc, spaces = _spaces(text, target)
+        for name, space in spaces.items():
+            out = gen.generate(space)
+            assert out.tokens[0] == "SKETCH" and out.tokens[-1] == "[EOS]" and out.free > 0
+            assert out.point.sketch in space.usable and out.point.stmts
+            from tensorlang.space import sentence as S
+            assert S.decode(space, S.prompt_tokens(space) + out.tokens) == (out.point.sketch, tuple(out.point.decisions))
+            _check_lowers(text, name, target, out.point.stmts)
+
+
+def test_samples_are_distinct_legal_and_seeded(tiny):
+    from tensorlang.lm.generate import Generator
+    gen = Generator(tiny[0] / "fine")
+    space = _spaces()[1]["mm"]
+    a = gen.sample(space, 4, seed=7)
+    b = gen.sample(space, 4, seed=7)
+    keys = [(o.point.sketch, tuple(o.point.decisions)) for o in a]
+    assert len(a) == 4 and len(set(keys)) == 4
+    assert keys == [(o.point.sketch, tuple(o.point.decisions)) for o in b]
+    assert a[0].tokens == gen.generate(space).tokens  # the greedy one first
+    for o in a[1:]:
+        _check_lowers(SRC, "mm", "cpu", o.point.stmts)
+
+
+_CHILD = r"""
+import sys, torch
+torch.set_num_threads(int(sys.argv[2]))
+from tensorlang import api
+from tensorlang.lm.generate import Generator
+from tensorlang.space.space import Space
+gen = Generator(sys.argv[1])
+for path, target in (("%(ex)s", "llvm"),):
+    doc = api.load(path)
+    for name, op in doc.model.ops.items():
+        out = gen.generate(Space(op, doc.primfunc(name), doc.model.targets[target]))
+        sys.stdout.write(" ".join(out.tokens) + "\n" + out.schedule_text)
+"""
+
+
+def test_output_is_byte_identical_across_processes_and_thread_counts(tiny):
+    code = _CHILD % {"ex": EX / "auto.tsched"}
+    outs = []
+    for threads in (1, 2):
+        r = subprocess.run([sys.executable, "-c", code, str(tiny[0] / "fine"), str(threads)], capture_output=True,
+                           cwd=ROOT, timeout=300)
+        assert r.returncode == 0, r.stderr.decode()[-2000:]
+        outs.append(r.stdout)
+    assert outs[0] == outs[1] and b"[EOS]" in outs[0]
+
+
+def test_tlm_policy_falls_back_to_roller_without_a_checkpoint(tmp_path, monkeypatch):
+    from tensorlang import baselines
+    from tensorlang.lm import model as M
+    monkeypatch.setattr(M, "DEFAULT_DIR", tmp_path / "nothing")
+    doc, _ = _spaces()
+    gen = baselines.generate("tlm", doc.primfunc("rowmax"), doc.model.ops["rowmax"], doc.model.targets["cpu"])
+    assert gen.mod is not None and gen.policy == "roller"
+    assert gen.diagnostics[0].code == "TS409" and "no model checkpoint" in gen.diagnostics[0].message
+    assert baselines.auto_policy() == "roller"
+
+
+def test_tlm_policy_and_generate_command(tiny, tmp_path, monkeypatch, capsys):
+    from tensorlang import baselines, cli
+    from tensorlang.lm import generate as G
+    from tensorlang.lm import model as M
+    monkeypatch.setattr(M, "DEFAULT_DIR", tiny[0] / "fine")
+    G._DEFAULT.clear()
+    doc, _ = _spaces()
+    gen = baselines.generate("tlm", doc.primfunc("mm"), doc.model.ops["mm"], doc.model.targets["cpu"])
+    assert gen.policy == "tlm" and gen.mod is not None and gen.schedule_text and not gen.diagnostics
+    assert baselines.auto_policy() == "tlm"
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC)
+    assert cli.main(["generate", str(f), "--target", "cpu", "--write"]) == 0
+    text = f.read_text()
+    assert text.count("# generated by tlm-2x64 v2+") == 2 and "schedule mm on cpu {" in text
+    from tensorlang import api
+    from tensorlang import diagnostics as Dg
+    d = api.load(f)
+    assert not Dg.has_errors(api.check(d)) and api.lower_op(d, "rowmax", "cpu").policy == "schedule"
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 1  # has one already
+    G._DEFAULT.clear()
