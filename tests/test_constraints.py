@@ -239,3 +239,16 @@ def test_constrained_decoder_forces_the_written_decisions():
         assert dec.allowed() == {"512"} and len(dec.inner.allowed()) == 4
     finally:
         dec.close()
+
+
+def test_a_site_on_a_unit_loop_is_outside():
+    """TVM offers no compute-at site on a loop of extent 1: the tile written with a 1 there and the site
+    written on it cannot both hold; the site is the statement that leaves the space."""
+    space = space_of("conv2d", "conv2d", "cpu")
+    cons = C.constraints(space, stmts_of("conv2d", "cpu", """
+        f0, f1, f2, f3 = split(Y.f, [8, 1, 2, 4])
+        compute_at(P, f1)"""))
+    assert cons.outside is not None and cons.outside.stmt == 1
+    assert cons.outside.reason == "every sketch has no legal value of TILE t3 L1 4 that fits the factors written"
+    for p in assert_completions_hold(space, cons, seeds=(0,)):
+        assert p.decisions[1] == (8, 1, 2, 4)

@@ -394,8 +394,7 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
                 n = int(h[-1])
                 if len(parts) > n:
                     return [], f"tiles {' '.join(h[1:-1])} into {n} factors, not {len(parts)}"
-                fixed = parts if len(parts) == n else parts
-                return [Constraint(s.stmt, i, TILE, h, factors=fixed)], ""
+                return [Constraint(s.stmt, i, TILE, h, factors=parts)], ""
             if h[0] == "THREADS" and tuple(h[1:]) in s.about and len(parts) == 2 and parts[0] is None:
                 return [Constraint(s.stmt, i, CATEGORICAL, h, values=frozenset({parts[1]}))], ""
         # (on GPU the postprocessors bind what a sketch left unbound by splitting it, `[None, threads]`)
@@ -453,7 +452,10 @@ def constraints(space: Space, stmts) -> Constraints:
 
     Statements are taken in the user's order; one that leaves no sketch (with everything kept before it)
     is dropped -- the first is `outside`, the constraints returned are those of the others."""
-    stmts = tuple(stmts)
+    return _constraints(space, tuple(stmts), retry=True)
+
+
+def _constraints(space: Space, stmts: tuple, retry: bool) -> Constraints:
     said, broken = _read(space, stmts)
     from tensorlang.parser.printer import format_stmt
     alive = {k: {} for k in space.usable}
@@ -498,9 +500,12 @@ def constraints(space: Space, stmts) -> Constraints:
         except _Dead as e:
             rejected[k] = str(e)
             del alive[k]
-    if not alive and said:
-        out.dropped.append(_first_unsatisfiable(space, stmts, said))
-        out.dropped.sort(key=lambda o: o.stmt)
+    if not alive and said and retry:
+        # each statement alone fits some sketch, together they leave none a legal point: the first prefix
+        # that does names the statement; the constraints of the others are what remains
+        first = _first_unsatisfiable(space, stmts)
+        rest = _constraints(space, stmts[:first.stmt] + stmts[first.stmt + 1:], retry=True)
+        return _with_dropped(rest, stmts, first)
     if broken is not None:
         out.dropped.append(broken)
     out.outside = out.dropped[0] if out.dropped else None
@@ -568,11 +573,24 @@ def _witness(space: Space, k: int, cons: Constraints, tries: int = 8) -> Point:
     raise last
 
 
-def _first_unsatisfiable(space: Space, stmts, said) -> Outside:
+def _with_dropped(rest: Constraints, stmts: tuple, first: Outside) -> Constraints:
+    """The constraints of the statements without `first` (numbered without it), numbered as given."""
+    from dataclasses import replace
+
+    def renum(n: int) -> int:
+        return n + 1 if n >= first.stmt else n
+    sketches = {k: {d: [replace(c, stmt=renum(c.stmt)) for c in cs] for d, cs in v.items()}
+                for k, v in rest.sketches.items()}
+    dropped = sorted([first] + [replace(o, stmt=renum(o.stmt)) for o in rest.dropped], key=lambda o: o.stmt)
+    return Constraints(stmts, sketches, dropped[0], dropped, [(renum(n), why) for n, why in rest.unenforced],
+                       rest.rejected)
+
+
+def _first_unsatisfiable(space: Space, stmts: tuple) -> Outside:
     """The shortest prefix of the statements that no sketch satisfies: its last statement."""
     from tensorlang.parser.printer import format_stmt
     for n in range(1, len(stmts) + 1):
-        c = constraints(space, stmts[:n]) if n < len(stmts) else None
+        c = _constraints(space, stmts[:n], retry=False) if n < len(stmts) else None
         if c is None or not c.sketches:
             return Outside(n - 1, stmts[n - 1].span, format_stmt(stmts[n - 1]),
                            "no legal point of a sketch left satisfies it with the statements before it")
