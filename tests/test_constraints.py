@@ -252,3 +252,19 @@ def test_a_site_on_a_unit_loop_is_outside():
     assert cons.outside.reason == "every sketch has no legal value of TILE t3 L1 4 that fits the factors written"
     for p in assert_completions_hold(space, cons, seeds=(0,)):
         assert p.decisions[1] == (8, 1, 2, 4)
+
+
+def test_a_site_on_a_part_of_a_coarser_split():
+    """P at the first of 2 written parts of Y.f, which the sketch tiles into 4: the site is the innermost
+    loop of the factors that make up the first part (f_0 or f_1, or f_2 when the grouping puts 3 there)."""
+    space = space_of("conv2d", "conv2d", "cpu")
+    cons = C.constraints(space, stmts_of("conv2d", "cpu", """
+        f0, f1 = split(Y.f, [8, 8])
+        compute_at(P, f0)"""))
+    assert cons.outside is None
+    assert [c.grouped[:3] for c in cons.sketches[0][8] if c.grouped] == [(1, (8, 8), 0)]
+    for p in assert_completions_hold(space, cons, seeds=(0, 1, 2)):
+        f = p.decisions[1]
+        site = [s.args[1].text for s in p.stmts if s.prim == "compute_at" and s.args[0].text == "P"]
+        ends = [q for q in range(4) if f[q] > 1 and C.groups(f[:q + 1], (8,)) and C.groups(f[q + 1:], (8,))]
+        assert site and site[0] in {f"f_{q}" for q in ends}, (f, site)

@@ -64,6 +64,12 @@ class Constraint:
     values: frozenset | None = None  # categorical: the candidate values allowed (None: any but those excluded)
     exclude: frozenset = frozenset()  # categorical: candidate values ruled out; location: sites ruled out
     sites: frozenset = frozenset()  # location: the site token sequences allowed, if any (`# n` aside)
+    # location on a part of a loop the user split into fewer parts than the sketch's tile: (the tile's
+    # decision index, the written parts, which part, the site's words before the part): the site is the
+    # innermost loop of that part's group of factors, known once the tile is decided. tile: (the written
+    # parts, which part, the factor positions the sketch offers sites on): some grouping must end that
+    # part on such a position, at a factor > 1
+    grouped: tuple = ()
 
     @property
     def fixes(self) -> bool:
@@ -74,14 +80,23 @@ class Constraint:
             return self.values is not None and len(self.values) == 1
         return len(self.sites) == 1 and not self.exclude
 
-    def admits(self, space: Space, point, value) -> bool:
+    def admits(self, space: Space, point, value, made: tuple = ()) -> bool:
         if self.kind == TILE:
+            if self.grouped:
+                parts, p, positions = self.grouped
+                if not any(q in positions and value[q] > 1 for q in _group_ends(value, parts, p)):
+                    return False
             return all(value[p] > 1 for p in self.nonunit) and (not self.factors or groups(value, self.factors))
         if self.kind == CATEGORICAL:
             v = point.candidates[value]
             return (self.values is None or v in self.values) and v not in self.exclude
         words = next(tuple(_site_words(s)) for s, d in _sites(space, point) if d == value)
-        return (not self.sites or words in self.sites) and words not in self.exclude
+        sites = self.sites
+        if self.grouped:
+            tile, parts, p, prefix = self.grouped
+            sites = frozenset(prefix + (f".{q}",) for q in _group_ends(made[tile], parts, p)) if tile < len(made) \
+                else frozenset()
+        return (not (self.sites or self.grouped) or words in sites) and words not in self.exclude
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,7 @@ class Constraints:
         `made`. On a GPU sketch with a limits model, a tile value is kept only if the tiles the constraints
         fix later still fit with it (the model's own domains look at the decisions made, not ahead)."""
         cs = self.on(sketch, k)
-        out = tuple(v for v in point.domain if all(c.admits(space, point, v) for c in cs))
+        out = tuple(v for v in point.domain if all(c.admits(space, point, v, made) for c in cs))
         model = space.gpu_models[sketch]
         if model is None or point.kind != TILE or k not in model.tile_extents:
             return out
@@ -129,7 +144,8 @@ class Constraints:
         if point.sketch not in self.sketches:
             return False
         pts = _points_of(space, point.sketch, point.decisions)
-        return all(c.admits(space, pts[k], point.decisions[k]) for k, cs in self.sketches[point.sketch].items()
+        return all(c.admits(space, pts[k], point.decisions[k], point.decisions[:k])
+                   for k, cs in self.sketches[point.sketch].items()
                    for c in cs)
 
 
@@ -146,6 +162,20 @@ def groups(factors: tuple, parts: tuple) -> bool:
         if (head is None or math.prod(factors[:cut]) == head) and groups(factors[cut:], rest):
             return True
     return False
+
+
+def _group_ends(factors: tuple, parts: tuple, p: int, start: int = 0) -> set:
+    """For each way `factors` group into `parts` (see `groups`), the index of the last factor of group p."""
+    if not parts:
+        return set() if factors else {-1}
+    out = set()
+    for cut in range(1, len(factors) - len(parts) + 2):
+        if (parts[0] is None or math.prod(factors[:cut]) == parts[0]) and groups(factors[cut:], parts[1:]):
+            if p == 0:
+                out.add(start + cut - 1)
+            else:
+                out |= _group_ends(factors[cut:], parts[1:], p - 1, start + cut)
+    return out
 
 
 # ---------------------------------------------------------------- subjects
@@ -170,6 +200,7 @@ class _Namer:
         # loop, a fusion `a & b`. TVM drops a unit loop's variable from the bindings a fusion makes, so
         # reading a loop off the bindings alone would depend on which factors are 1.
         self.made: dict = {}
+        self.part_of: dict = {}  # loop variable name -> ((block, words) it was split from, the parts, which)
 
     def note(self, sch, env, stmt, before) -> None:
         """After a split or fuse: name its outputs from what it split or fused (`before`: their readings)."""
@@ -178,8 +209,10 @@ class _Namer:
         names = [sch.get(env.loops[t.name]).loop_var.name for t in stmt.targets if t.name in env.loops]
         if stmt.prim == "split":
             block, words = before[0]
+            parts = _const(_positional(stmt)[1])
             for p, name in enumerate(names):
                 self.made[name] = (block, words + (f".{p}",))
+                self.part_of[name] = ((block, words), tuple(parts) if isinstance(parts, tuple) else (), p)
         elif names:
             words = tuple(w for n, (_, ws) in enumerate(before) for w in (("&",) if n else ()) + ws)
             self.made[names[0]] = (before[0][0], words)
@@ -224,6 +257,7 @@ class _Said:
     about: object  # split/rfactor: the loop's subjects; compute_*/cache_*/set_scope: the block; annotate: either
     value: object = None  # split: the parts; location: the site's subjects; annotate: (key, value); ...
     original: bool = False  # split: the loop is one of its stage's own loops (untouched)
+    part: tuple = ()  # compute_at: the site's loop as a part of a written split (Namer.part_of), if it is one
 
 
 def _const(a):
@@ -255,8 +289,9 @@ def _say(sch, env, namer: _Namer, n: int, stmt) -> _Said | None:
         original = bool(readings) and all(len(words) == 1 for _, words in readings)  # `L2`: not a part, no fusion
         return _Said(n, prim, frozenset(b + w for b, w in readings), _const(args[1]), original)
     if prim in ("compute_at", "reverse_compute_at") and len(args) >= 2:
-        return _Said(n, prim, namer.block(sch, resolve_stage(sch, env, args[0])),
-                     namer.loop(sch, resolve_loop(sch, env, args[1])))
+        lrv = resolve_loop(sch, env, args[1])
+        return _Said(n, prim, namer.block(sch, resolve_stage(sch, env, args[0])), namer.loop(sch, lrv),
+                     part=namer.part_of.get(sch.get(lrv).loop_var.name, ()))
     if prim in ("compute_inline", "reverse_compute_inline") and args:
         return _Said(n, prim, namer.block(sch, resolve_stage(sch, env, args[0])))
     if prim in ("cache_read", "cache_write") and len(args) >= 3:
@@ -420,12 +455,42 @@ def _claims(space: Space, k: int, s: _Said) -> tuple[list, str]:
             if h[0] == "LOC" and tuple(h[1:]) == s.about:
                 if s.prim == "compute_inline":
                     return [Constraint(s.stmt, i, LOCATION, h, sites=frozenset({("inline",)}))], ""
+                grouped = _grouped_site(s, sk)
+                if grouped is not None:
+                    tile, parts, p, prefix = grouped
+                    positions = _site_positions(space, sk, i, prefix)
+                    return [Constraint(s.stmt, i, LOCATION, h, grouped=grouped),
+                            Constraint(s.stmt, tile, TILE, sk.heads[tile], grouped=(parts, p, positions))] + [
+                        c for c in _site_needs(s, sk) if c.kind == LOCATION], ""
                 return [Constraint(s.stmt, i, LOCATION, h, sites=s.value)] + _site_needs(s, sk), ""
     if s.prim in _SKETCH_PRIMS:
         if any(_same_form(s, f) for f in sk.forms):
             return [], ""
         return [], f"has no such {s.prim}"
     return None, f"{s.prim} follows from the sketch and its decisions (MetaSchedule's postprocessors)"
+
+
+def _grouped_site(s: _Said, sk: _Sketch):
+    """A site on a part of a split written with fewer parts than the sketch tiles that loop into: the
+    `grouped` of its Constraint (None when the parts are the sketch's, or the loop is no split's part)."""
+    if not s.part:
+        return None
+    (block, words), parts, p = s.part
+    for i, h in enumerate(sk.heads):
+        if h[0] == "TILE" and tuple(h[1:-1]) == block + words and int(h[-1]) > len(parts):
+            return (i, parts, p, block + words)
+    return None
+
+
+def _site_positions(space: Space, sk: _Sketch, loc: int, prefix: tuple) -> frozenset:
+    """The parts of a tiled loop (`prefix` + `.q`) the sketch offers as sites of location decision `loc`
+    (read on the sketch's replay with the fewest unit factors, where every part is a loop)."""
+    out = set()
+    for tokens, _ in _sites(space, sk.points[loc]):
+        words = tuple(_site_words(tokens))
+        if len(words) == len(prefix) + 1 and words[:len(prefix)] == prefix and words[-1].startswith("."):
+            out.add(int(words[-1][1:]))
+    return frozenset(out)
 
 
 def _site_needs(s: _Said, sk: _Sketch) -> list:
