@@ -239,7 +239,29 @@ def cmd_space(args) -> int:
         for k, why in sorted(space.excluded.items()):
             print(f"# sketch {k} excluded: {why}", file=sys.stderr)
         status = 0 if len(points) == args.sample else 1
+    if args.complete:
+        status |= _complete(doc, args, space)
     return status
+
+
+def _complete(doc, args, space) -> int:
+    """The file's partial schedule of the op, completed within the space: its statements fix what they
+    fix (space/constraints.py), every other decision a seeded random legal value."""
+    from tensorlang.space.constraints import complete, constraints
+    from tensorlang.space.convert import render_schedule
+    sched = doc.model.schedule_for(args.op, args.target)
+    cons = constraints(space, sched.stmts if sched is not None else ())
+    for o in cons.dropped:
+        print(f"{doc.path}:{o}", file=sys.stderr)
+    for n, why in cons.unenforced:
+        print(f"{doc.path}:{sched.stmts[n].span.line}: not enforced: {why}", file=sys.stderr)
+    if not cons.sketches:
+        print("# no sketch of the space satisfies the schedule's statements", file=sys.stderr)
+        return 1
+    p = complete(space, cons, seed=args.seed)
+    print(f"# completed: sketch {p.sketch}, decisions {list(p.decisions)}")
+    print(render_schedule(args.op, args.target, p.stmts))
+    return 1 if cons.dropped else 0
 
 
 def cmd_import_trace(args) -> int:
@@ -454,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--count-limit", type=int, default=20000, help="enumerate exactly up to this bound")
     sp.add_argument("--sentences", action="store_true", help="with --sample: the tensor sentences, one per line")
     sp.add_argument("--prompt", action="store_true", help="the tensor sentence's prompt (target and operator)")
+    sp.add_argument("--complete", action="store_true",
+                    help="complete the file's partial schedule of OP within the space (seeded random free decisions)")
     sp.set_defaults(func=cmd_space)
 
     it = sub.add_parser("import-trace", help="convert a MetaSchedule trace (JSON) into a .tsched schedule")

@@ -268,3 +268,24 @@ def test_a_site_on_a_part_of_a_coarser_split():
         site = [s.args[1].text for s in p.stmts if s.prim == "compute_at" and s.args[0].text == "P"]
         ends = [q for q in range(4) if f[q] > 1 and C.groups(f[:q + 1], (8,)) and C.groups(f[q + 1:], (8,))]
         assert site and site[0] in {f"f_{q}" for q in ends}, (f, site)
+
+
+def test_cli_space_complete(tmp_path, capsys):
+    """`tensorlang space FILE --op OP --target T --complete`: the file's partial schedule, completed; what
+    is not enforced and what is outside the space on stderr, with the file's line."""
+    from tensorlang.cli import main
+    src = (EX / "matmul.tsched").read_text()
+    start = src.index("schedule matmul on cpu {")
+    end = src.index("}", start) + 1
+    f = tmp_path / "partial.tsched"
+    f.write_text(src[:start] + "schedule matmul on cpu {\n    annotate(C, \"pragma_auto_unroll_max_step\", 16)\n"
+                 "    j0, j1, j2, j3 = split(C.j, [4, 2, 4, 16])\n    vectorize(j3)\n"
+                 "    k0, k1, k2 = split(C.k, [2, 4, 64])\n}" + src[end:])
+    assert main(["space", str(f), "--op", "matmul", "--target", "cpu", "--complete", "--seed", "2"]) == 1
+    out, err = capsys.readouterr()
+    assert "j_0, j_1, j_2, j_3 = split(C.j, [4, 2, 4, 16])" in out
+    assert '"pragma_auto_unroll_max_step", 16)' in out
+    line = src[:start].count("\n") + 5
+    assert f"partial.tsched:{line}:5: `k0, k1, k2 = split(C.k, [2, 4, 64])` is outside the space: every sketch " \
+           "tiles t2 L2 into 2 factors, not 3" in err
+    assert f"partial.tsched:{line - 1}: not enforced: vectorize follows" in err
