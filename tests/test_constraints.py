@@ -289,3 +289,41 @@ def test_cli_space_complete(tmp_path, capsys):
     assert f"partial.tsched:{line}:5: `k0, k1, k2 = split(C.k, [2, 4, 64])` is outside the space: every sketch " \
            "tiles t2 L2 into 2 factors, not 3" in err
     assert f"partial.tsched:{line - 1}: not enforced: vectorize follows" in err
+
+
+def test_dropping_a_statement_keeps_the_others_numbered_as_written():
+    """When only a replay shows that statements leave no sketch a legal point together, the one that
+    closes the first such prefix is dropped and the others' constraints are numbered as the user wrote them."""
+    space = space_of("matmul", "matmul", "cpu")
+    stmts = stmts_of("matmul", "cpu", """
+        j0, j1, j2, j3 = split(C.j, [2, 8, 2, 16])
+        parallel(j0)
+        annotate(C, "pragma_auto_unroll_max_step", 512)""")
+    rest = C.constraints(space, stmts[:1] + stmts[2:])
+    first = C.Outside(1, stmts[1].span, "parallel(j0)", "why")
+    merged = C._with_dropped(rest, tuple(stmts), first)
+    assert merged.outside is first and merged.stmts == tuple(stmts)
+    assert sorted(c.stmt for cs in merged.sketches[0].values() for c in cs) == [0, 2]
+
+
+def test_forked_constrained_decoders_go_on_apart():
+    space = space_of("softmax", "softmax", "cpu")
+    cons = C.constraints(space, stmts_of("softmax", "cpu", "compute_at(S, Y.i)\nk0, k1 = split(M.k, [32, 32])"))
+    dec = C.ConstrainedTokens(space, cons, eager=True)
+    try:
+        for tok in ["SKETCH"]:
+            dec.push(tok)
+        assert {int(t) for t in dec.allowed()} == set(cons.sketches)
+        dec.push(sorted(dec.allowed())[0])
+        other = dec.fork()
+        rng = random.Random(0)
+        for d in (dec, other):
+            while not d.done:
+                d.push(rng.choice(sorted(d.allowed())))
+        for d in (dec, other):
+            p = d.finish()
+            assert cons.holds(space, p)
+            assert any(s.prim == "compute_at" and s.args[0].text == "S" and s.args[1].text == "Y.i" for s in p.stmts)
+        other.close()
+    finally:
+        dec.close()
