@@ -23,8 +23,15 @@ read off convert.py's rendering of a replay:
   renders it (`pragma_unroll_explicit` 1 / 0 says which of the two; a pragma at all says v != 0).
 - cooperative-fetch width (`VECTOR <block>`): `annotate(block, "meta_schedule.cooperative_fetch", v)`.
 - compute-at site (`LOC <block>`): `compute_inline(B)` is `inline`; `compute_at(B, loop)` is the site named
-  by that loop. A site on a loop part (`L3 .1`) also narrows that tile to a factor > 1 there: TVM offers
-  no site on a unit loop.
+  by that loop. A site on a loop part (`L3 .1`) also narrows that tile to a factor > 1 there (TVM offers
+  no site on a unit loop), and keeps the block whose loop it is from being inlined. A site on a part of a
+  split written with fewer parts than the sketch's tile is the innermost loop of that part's group of
+  factors, and the tile is narrowed to groupings that end the part on a loop the sketch offers as a site.
+
+Reading loops: a compute-at is read with its unit loops kept (every sketch's is), and a loop made by a
+split or fuse is named after what it was made from, since TVM drops a unit loop's variable from the
+bindings a fusion makes. On GPU sketches with a limits model, a tile value is kept only if the tiles the
+constraints fix later still fit (the model's domains look only at the decisions made).
 
 Statements that no sampling instruction feeds are the sketch's: `cache_read`, `cache_write`, `rfactor`,
 `reverse_compute_at`, `compute_at`/`compute_inline` of a block whose place the sketch fixes, other
