@@ -389,15 +389,19 @@ def cmd_demo(args) -> int:
                 if refusal:
                     notes.append(f"{name} on {t.name}: skipped: {refusal}")
                     continue
-                low = api.lower_op(doc, name, t.name)
-                if not low.ok:
-                    _print_diags(low.diagnostics, doc.path)
-                    status = 1
-                    continue
-                r = api.run_lowered(low, repeat=args.repeat)
-                r.op = f"{name}@{t.name}"
-                rows.append(r)
-                status |= 0 if r.ok else 1
+                # an @auto operator: its generated schedule (the model's, where it is shipped) beside the baselines
+                auto = doc.model.ops[name].ast.is_auto and doc.model.schedule_for(name, t.name) is None
+                for policy in ((None, "roller", "random", "default") if auto else (None,)):
+                    low = api.lower_op(doc, name, t.name, policy)
+                    if not low.ok:
+                        _print_diags(low.diagnostics, doc.path)
+                        status = 1
+                        continue
+                    _print_diags([d for d in low.diagnostics if d.code == "TS409"], doc.path)
+                    r = api.run_lowered(low, repeat=args.repeat)
+                    r.op = f"{name}@{t.name}"
+                    rows.append(r)
+                    status |= 0 if r.ok else 1
             for t in gpu:
                 if doc.model.schedule_for(name, t.name) is None:
                     continue
