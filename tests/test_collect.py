@@ -267,3 +267,13 @@ def test_move_heldout_takes_the_heldout_tasks_out_of_the_training_data(tmp_path)
     assert sorted(r["key"] for r in dataset.read(tmp_path / "heldout")) == ["k1", "k3"]
     assert (train / "metaschedule-32.done").read_text() == "t0|llvm|m\n"
     assert not list(train.parent.glob("llvm.*"))
+
+
+def test_move_heldout_matches_records_of_an_older_key_by_their_file(tmp_path):
+    from tensorlang.data.split import move_heldout
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": {"h1": ["m/x.tsched:x"]}}))
+    train = tmp_path / "llvm"
+    with dataset.Writer(train) as w:
+        w.append({"key": "k0", "task": {"hash": "v1-of-h1", "file": "m/x.tsched", "op": "x"}})
+        w.append({"key": "k1", "task": {"hash": "t0", "file": "m/y.tsched", "op": "y"}})
+    assert move_heldout(train, tmp_path / "heldout", tmp_path / "split.json") == {"moved": 1, "kept": 1}

@@ -69,13 +69,16 @@ def move_heldout(measured: str | Path, heldout: str | Path, path: str | Path = D
     import shutil
     from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
     keys = heldout_keys(path)
+    files = {f for fs in json.loads(Path(path).read_text())["heldout"].values() for f in fs}
     measured = Path(measured)
     rest = measured.with_name(measured.name + ".split")
     shutil.rmtree(rest, ignore_errors=True)
     moved = kept = 0
     with Writer(heldout) as out, Writer(rest, shard_records=SHARD_RECORDS) as train:
         for rec in read(measured):
-            if rec["task"]["hash"] in keys:
+            task = rec["task"]
+            # by key, or by file for a record still keyed as an older sentence version made it
+            if task["hash"] in keys or f"{task.get('file')}:{task.get('op')}" in files:
                 out.append(rec)  # a record already there is not written twice
                 moved += 1
             else:
