@@ -45,18 +45,10 @@ def _decisions_of(space, rec: dict) -> tuple[int, tuple]:
     if "sketch" in rec and "decisions" in rec:
         return rec["sketch"], tuple(tuple(d) if isinstance(d, list) else d for d in rec["decisions"])
     from tensorlang.space import sentence as S
-    tokens = rec["sentence"].split()
-    nt = S.NextTokens(space)
     try:
-        for tok in tokens[tokens.index("SKETCH"):]:
-            if tok not in nt.allowed():
-                raise Rejected(f"token {tok!r} is not legal in this space here")
-            nt.push(tok)
-        if not nt.done:
-            raise Rejected("the sentence ends before its last decision")
-        return nt.sketch, tuple(nt.decisions)
-    finally:
-        nt.close()
+        return S.decode_schedule(space, S.split(rec["sentence"].split())[1])
+    except S.SentenceError as e:
+        raise Rejected(str(e)) from None
 
 
 def replay_in_full(space, sketch: int, decisions: tuple):

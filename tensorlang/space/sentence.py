@@ -780,9 +780,15 @@ def decode(space: Space, tokens: list[str]) -> tuple[int, tuple]:
         raise SentenceError(f"sentence made under {' '.join(tokens[:4])}; this space is {' '.join(want[:4])}")
     if tokens[:len(want)] != want:
         raise SentenceError("the sentence's target or operator differs from this space's")
+    return decode_schedule(space, tokens[len(want):])
+
+
+def decode_schedule(space: Space, tokens: list[str]) -> tuple[int, tuple]:
+    """(sketch, decisions) of a sentence's schedule part (from SKETCH on) in this space, whatever its prompt
+    says (a corpus check replays sentences sampled on another host against this one's space)."""
     nt = NextTokens(space)
     try:
-        for tok in tokens[len(want):]:
+        for tok in tokens:
             if tok not in nt.allowed():
                 raise SentenceError(f"token {tok!r} is not legal here; legal: {sorted(nt.allowed())[:20]}")
             nt.push(tok)
