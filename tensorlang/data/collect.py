@@ -152,8 +152,7 @@ class _Done:
 
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
-            min_repeat_ms: float = 50,
-            rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
+            min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
             heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
@@ -162,15 +161,14 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     data/heldout/<name of out_dir>), never with the training data in `out_dir`.
     `slow_factor`: a candidate over that many times the task's best known latency after its first
     timing round is recorded after that round (`runs` says how many figures stand behind a latency)."""
-    from tensorlang.data import split
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
+    from tensorlang.data import split
+    from tensorlang.lower.targets import cannot_run, mcpu_of
+    from tensorlang.machine import host, recording_refused
     from tensorlang.parser.printer import format_stmt
     from tensorlang.space import sentence as S
     from tensorlang.space.space import Space
-
-    from tensorlang.lower.targets import cannot_run, mcpu_of
-    from tensorlang.machine import host, recording_refused
 
     refusal = recording_refused()
     if refusal and rpc is None:
@@ -240,8 +238,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                             for j, (_, policy, point) in enumerate(chunk)]
                 load_before = os.getloadavg()[0]
                 results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
-                                          slow_factor=slow_factor,
-                                          best_known_s=best_known.get(tkey))
+                                          slow_factor=slow_factor, best_known_s=best_known.get(tkey))
                 load_after = os.getloadavg()[0]
                 for (key, policy, point), res in zip(chunk, results):
                     sentence = S.encode(space, point)
