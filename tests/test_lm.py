@@ -270,7 +270,8 @@ torch.set_num_threads(int(sys.argv[2]))
 from tensorlang import api
 from tensorlang.lm.generate import Generator
 from tensorlang.space.space import Space
-gen = Generator(sys.argv[1])
+gen = Generator(sys.argv[1], threads=None)  # the process's own thread count
+assert torch.get_num_threads() == int(sys.argv[2])
 for path, target in (("%(ex)s", "llvm"),):
     doc = api.load(path)
     for name, op in doc.model.ops.items():
