@@ -28,11 +28,15 @@ class Generated:
     schedule_text: str | None = None  # .tsched statements, one per line, where the policy can express them
 
 
+# What `auto` means in this process when set. The language server's worker processes set "roller" when they
+# start: the model is not wired into the editor yet (its first load there would cost seconds).
+AUTO_POLICY: str | None = None
+
+
 def auto_policy() -> str:
-    """What `auto` means here: `tlm` where the shipped checkpoint exists (and not in the language server)."""
-    import sys
-    if "tensorlang.lsp.worker" in sys.modules or "tensorlang.lsp.server" in sys.modules:
-        return "roller"
+    """What `auto` means here: AUTO_POLICY when a process set it, else `tlm` where the shipped checkpoint exists."""
+    if AUTO_POLICY:
+        return AUTO_POLICY
     from tensorlang.baselines.tlm import checkpoint_missing
     return "roller" if checkpoint_missing() else "tlm"
 

@@ -261,7 +261,13 @@ def _write(stream, obj):
     stream.flush()
 
 
+# The policy `auto` means in the editor's workers (see baselines.AUTO_POLICY).
+EDITOR_POLICY = "roller"
+
+
 def main() -> int:
+    from tensorlang import baselines
+    baselines.AUTO_POLICY = EDITOR_POLICY
     # The protocol owns the real stdout; anything else printed (TVM, warnings) goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
