@@ -22,19 +22,12 @@ def add_arguments(p) -> None:
 
 
 def main_generate(args) -> int:
-    from tensorlang import api
     from tensorlang import diagnostics as Dg
+    from tensorlang.cli import _load, _stop_on_errors, _target  # the CLI's own messages and exit codes
     from tensorlang.space.convert import render_schedule
-    doc = api.load(args.file)
-    if Dg.has_errors(doc.diagnostics):
-        for d in Dg.sort_diagnostics(doc.diagnostics):
-            print(d.format(doc.path), file=sys.stderr)
-        return 1
-    target = api.resolve_target(doc, args.target)
-    if target is None:
-        print(f"{doc.path}: error: TS107 unknown target '{args.target}'; targets: "
-              f"{Dg.one_of(sorted(doc.model.targets))}", file=sys.stderr)
-        return 2
+    doc = _load(args.file)
+    _stop_on_errors(doc)
+    target = _target(doc, args.target)
     if args.op is not None:
         if args.op not in doc.model.ops:
             print(f"{doc.path}: error: TS104 unknown operator '{args.op}'; operators: "
