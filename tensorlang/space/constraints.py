@@ -701,17 +701,12 @@ class ConstrainedTokens:
         return base & self._narrowed_choice().allowed()
 
     def allowed_ids(self) -> set[int]:
-        from tensorlang.space.sentence import token_ids
-        ids = token_ids()
-        return {ids[t] for t in self.allowed()}
+        from tensorlang.space.sentence import ids_of
+        return ids_of(self.allowed())
 
     def mask(self):
-        import numpy as np
-
-        from tensorlang.space.sentence import token_ids
-        m = np.zeros(len(token_ids()), dtype=bool)
-        m[list(self.allowed_ids())] = True
-        return m
+        from tensorlang.space.sentence import mask_of
+        return mask_of(self.allowed())
 
     def push(self, tok: str) -> None:
         from tensorlang.space.sentence import SentenceError

@@ -885,6 +885,19 @@ def _replay_worker(space: Space, sketch: int, to_replay: queue.Queue, from_repla
         from_replay.put(("error", e))
 
 
+def ids_of(tokens) -> set[int]:
+    ids = token_ids()
+    return {ids[t] for t in tokens}
+
+
+def mask_of(tokens):
+    """A boolean mask over the vocabulary, True at these tokens."""
+    import numpy as np
+    m = np.zeros(len(token_ids()), dtype=bool)
+    m[list(ids_of(tokens))] = True
+    return m
+
+
 class NextTokens:
     """The legal next tokens of the schedule part of a sentence, one token at a time.
 
@@ -1027,15 +1040,11 @@ class NextTokens:
         return set()
 
     def allowed_ids(self) -> set[int]:
-        ids = token_ids()
-        return {ids[t] for t in self.allowed()}
+        return ids_of(self.allowed())
 
     def mask(self):
         """A boolean mask over the vocabulary: True for the legal next tokens."""
-        import numpy as np
-        m = np.zeros(len(token_ids()), dtype=bool)
-        m[list(self.allowed_ids())] = True
-        return m
+        return mask_of(self.allowed())
 
     def forced(self) -> list[str]:
         """The tokens that have a single legal choice from here, in order (a decoder feeds them in one step;
