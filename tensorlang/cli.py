@@ -511,6 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--rpc-sessions", type=int, default=1, help="servers to measure on in parallel")
     co.add_argument("--metaschedule", type=int, default=0, metavar="N",
                     help="also run MetaSchedule's evolutionary search (N trials) per task and measure its 8 best")
+    co.add_argument("--model", metavar="DIR",
+                    help="also measure this tensor-language-model checkpoint's candidates per task (--trials 0: only them)")
+    co.add_argument("--model-samples", type=int, default=8, metavar="K",
+                    help="the model's distinct candidates per task: greedy, then seeded samples (default 8)")
+    co.add_argument("--skip-heldout", action="store_true", help="leave the held-out tasks out altogether")
     co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
 
     gb = sub.add_parser("gpu-bundle", help="build GPU candidates here (cubins + launch plans) for gpu_runner.py")

@@ -323,3 +323,31 @@ def test_tlm_policy_and_generate_command(tiny, tmp_path, monkeypatch, capsys):
     assert not Dg.has_errors(api.check(d)) and api.lower_op(d, "rowmax", "cpu").policy == "schedule"
     assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 1  # has one already
     G._DEFAULT.clear()
+
+
+def test_iterate_measures_the_models_candidates_then_finetunes(tiny, corpus, tmp_path, monkeypatch):
+    """One round of `train --iterate`: the model's distinct candidates per task are measured (greedy labelled
+    apart from the samples), the model is fine-tuned on all measurements, the round is logged; a rerun does
+    nothing again."""
+    from tensorlang.data.dataset import read
+    from tensorlang.lm import iterate as I
+    from tensorlang.lm import model as M
+    monkeypatch.setenv("TENSORLANG_MEASURE_LOCK", str(tmp_path / "lock"))
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC)
+    measured = tmp_path / "measured"
+    opts = dict(tasks=[str(f)], target="cpu", measured_out=measured, samples=2, epochs=1,
+                measured_dirs=[measured], pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json",
+                log=lambda *a, **k: None)
+    hist = I.iterate(1, tiny[0] / "fine", tmp_path / "it", **opts)
+    name = M.version(M.read_card(tiny[0] / "fine"))
+    recs = list(read(measured))
+    assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
+    assert sorted(r["policy"] for r in recs) == [f"tlm:{name}"] * 2 + [f"tlm:{name}:sample"] * 2
+    (h,) = hist
+    assert h["round"] == 1 and h["model"] == name and h["collect"]["written"] == 4
+    assert h["validation_loss"] is None or h["validation_loss"] > 0
+    card = M.read_card(tmp_path / "it" / "round-1")
+    assert [s["stage"] for s in card["stages"]] == ["pretrain", "finetune", "finetune"]
+    assert json.loads((tmp_path / "it" / "iterate.json").read_text()) == hist
+    assert I.iterate(1, tiny[0] / "fine", tmp_path / "it", **opts) == hist and len(list(read(measured))) == 4

@@ -89,6 +89,8 @@ def candidates_for(space, task_key: str, count: int):
     from tensorlang.baselines.roller import roller_point
     from tensorlang.space.space import Infeasible
     out = []
+    if count <= 0:
+        return out
     try:
         out.append(("roller", roller_point(space)))
     except Infeasible:
@@ -130,6 +132,15 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
     return out
 
 
+def model_candidates(space, generator, samples: int, seed: int) -> list:
+    """The tensor language model's candidates: its greedy schedule, then seeded samples -- up to `samples`
+    distinct legal points (as many as the space holds). Same model, task and seed -> the same candidates, so
+    a rerun skips them by key. Labelled with the model's name and version: `tlm:<name>` the greedy one,
+    `tlm:<name>:sample` the others."""
+    outs = generator.sample(space, samples, seed=seed)
+    return [(f"tlm:{generator.name}" + (":sample" if n else ""), out.point) for n, out in enumerate(outs)]
+
+
 class CollectRefused(Exception):
     """Measurements must not be recorded now (see machine.recording_refused)."""
 
@@ -153,14 +164,18 @@ class _Done:
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
-            heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, log=print) -> dict:
+            heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, model: str | Path | None = None,
+            model_samples: int = 8, skip_heldout: bool = False, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
     Tasks the split file holds out (data/split.py) are recorded in `heldout_dir` (default
     data/heldout/<name of out_dir>), never with the training data in `out_dir`.
     `slow_factor`: a candidate over that many times the task's best known latency after its first
-    timing round is recorded after that round (`runs` says how many figures stand behind a latency)."""
+    timing round is recorded after that round (`runs` says how many figures stand behind a latency).
+    `model`: a tensor-language-model checkpoint whose `model_samples` candidates per task are measured too
+    (after roller/random; `trials=0` for the model's alone) -- the iterate rounds of `tensorlang train`.
+    `skip_heldout`: leave the held-out tasks out altogether."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.data import split
@@ -175,7 +190,12 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
         raise CollectRefused(refusal)
     start = time.time()
     deadline = start + budget_min * 60 if budget_min else None
-    trials = trials or 1 << 30
+    trials = 1 << 30 if trials is None else trials
+    generator = None
+    if model is not None:
+        from tensorlang.lm.generate import Generator
+        generator = Generator(model)
+        log(f"collect: {model_samples} candidates per task from {generator.name} ({model})")
     writer = Writer(out_dir)
     heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
     heldout_dir = Path(heldout_dir or Path("data/heldout") / Path(out_dir).name)
@@ -206,11 +226,18 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
             tkey = task_hash(space)
             out = writer
+            if tkey in heldout and skip_heldout:
+                continue
             if tkey in heldout and Path(out_dir).resolve() != heldout_dir.resolve():
                 heldout_writer = heldout_writer or Writer(heldout_dir)
                 out = heldout_writer
             pending, pending_keys = [], set()
             cands = candidates_for(space, tkey, trials)
+            if generator is not None:
+                try:
+                    cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
+                except Exception as e:  # one task the model cannot decode must not stop the collection
+                    log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
             ms_key = f"{tkey}|{target}|{machine}"
             if ms_done is not None and ms_key not in ms_done.keys:
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
@@ -334,7 +361,8 @@ def main_collect(args) -> int:
     try:
         summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
-                          ms_trials=args.metaschedule,
+                          ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
+                          skip_heldout=args.skip_heldout,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:

@@ -4,7 +4,10 @@
     tensorlang train --stage finetune --init runs/4x256/pretrain --minutes 5 -o runs/4x256/finetune
 
 1. pretrain: the sampled sentences (data/pretrain/*), loss on the decisions (data.decision_mask);
-2. finetune: every correct measured record (data/measured/*), prefixed by its quality token.
+2. finetune: every correct measured record (data/measured/*), prefixed by its quality token;
+3. --iterate R: rounds of the model's own candidates measured, then fine-tuned on (lm/iterate.py):
+
+    tensorlang train --iterate 2 --init runs/4x256/finetune -o runs/4x256/iterate --collect-minutes 20
 
 Held-out tasks (data/split.json) never reach fine-tuning: `train` refuses records of them. The validation
 tasks (data.is_validation) are kept out of both stages; each stage ends with its validation loss.
@@ -161,7 +164,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         entry["heldout_tasks_unmeasured_samples"] = ("excluded" if exclude_heldout_pretrain else
                                                      f"included ({corpus.stats['heldout_tasks_in_training']} held-out "
                                                      f"tasks' unmeasured samples; no measurement of them)")
-    stages = [s for s in card.get("stages", []) if s.get("stage") != stage] + [entry]
+    # every stage run is kept, in order: pre-training continued from a checkpoint, fine-tuning rounds
+    stages = list(card.get("stages", [])) + [entry]
     from tensorlang.machine import host
     from tensorlang.space import sentence as S
     card.update({"size": size, "seed": seed, "stages": stages, "version": f"v{len(stages)}",
@@ -180,6 +184,23 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
 
 def main_train(args) -> int:
     from tensorlang.lm.data import HeldOutRefused
+    if (args.stage is None) == (args.iterate is None):
+        print("tensorlang train: error: one of --stage pretrain|finetune or --iterate R", file=sys.stderr)
+        return 2
+    if args.iterate is not None:
+        if not args.init:
+            print("tensorlang train: error: --iterate starts from a model: --init DIR", file=sys.stderr)
+            return 2
+        from tensorlang.lm.iterate import DEFAULT_TASKS, iterate
+        try:
+            iterate(args.iterate, args.init, args.output, tasks=args.tasks or DEFAULT_TASKS, target=args.target,
+                    measured_out=args.collect_into, samples=args.samples, collect_minutes=args.collect_minutes,
+                    minutes=args.minutes, epochs=args.epochs if args.epochs is not None else 2.0, seed=args.seed,
+                    measured_dirs=args.measured or D.DEFAULT_MEASURED, log=lambda *a, **k: print(*a, **k))
+        except (HeldOutRefused, ValueError) as e:
+            print(f"tensorlang train: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         train(args.stage, args.output, size=args.size, init=args.init, max_tokens=args.max_tokens,
               minutes=args.minutes, resume=args.resume, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
@@ -197,7 +218,10 @@ def main_train(args) -> int:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--stage", required=True, choices=("pretrain", "finetune"))
+    p.add_argument("--stage", choices=("pretrain", "finetune"))
+    p.add_argument("--iterate", type=int, metavar="R",
+                   help="R rounds from --init: the model's candidates per training task measured (collect), then "
+                        "fine-tuned on all measurements; each round's result in OUT/iterate.json")
     p.add_argument("--size", default="4x256", help="LAYERSxHIDDEN (default 4x256)")
     p.add_argument("--init", help="start from this checkpoint (required for finetune)")
     p.add_argument("--max-tokens", type=int, default=None, help="cap the stage's training sentences at N tokens")
@@ -213,4 +237,10 @@ def add_arguments(p) -> None:
     p.add_argument("--exclude-heldout", action="store_true",
                    help="also keep the held-out tasks' unmeasured samples out of pre-training")
     p.add_argument("--dtype", choices=("float16", "bfloat16"), help="save the weights in half precision")
+    p.add_argument("--tasks", action="append", help="--iterate: the tasks' .tsched files or dirs "
+                   "(default data/workloads, data/workloads-variants, examples)")
+    p.add_argument("--target", default="llvm", help="--iterate: the target measured (default llvm)")
+    p.add_argument("--samples", type=int, default=8, help="--iterate: the model's candidates per task (default 8)")
+    p.add_argument("--collect-minutes", type=float, default=None, help="--iterate: each round's measuring budget")
+    p.add_argument("--collect-into", default="data/measured/llvm", help="--iterate: where the measurements go")
     p.add_argument("-o", "--output", required=True)
