@@ -598,6 +598,17 @@ def build_parser() -> argparse.ArgumentParser:
     __import__("tensorlang.lm.command", fromlist=["x"]).add_arguments(ge)
     ge.set_defaults(func=lambda args: __import__("tensorlang.lm.command", fromlist=["x"]).main_generate(args))
 
+    from tensorlang.network import bench as net_bench, compile as net_compile, profile as net_profile  # stdlib only
+    cm = sub.add_parser("compile-model", help="build a whole model with one generated .tsched schedule per subgraph")
+    net_compile.add_arguments(cm)
+    cm.set_defaults(func=net_compile.cmd_compile_model)
+    pm = sub.add_parser("profile-model", help="time per subgraph of a compile-model executable, with the file to edit")
+    net_profile.add_arguments(pm)
+    pm.set_defaults(func=net_profile.cmd_profile_model)
+    bm = sub.add_parser("bench-model", help="whole-model latency of schedule policies against PyTorch")
+    net_bench.add_arguments(bm)
+    bm.set_defaults(func=net_bench.cmd_bench_model)
+
     d = sub.add_parser("demo", help="check, lower and run the bundled examples on this CPU")
     d.add_argument("files", nargs="*", help="files (default: the bundled examples)")
     d.add_argument("--repeat", type=int, default=5)
