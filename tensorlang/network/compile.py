@@ -448,7 +448,65 @@ def schedule_all(prep: Prepared, policy: str, kind: str, schedules: str | Path |
             if sub.check and sub.check.get("ok"):
                 status += f", checked (max rel err {sub.check['max_rel_err']:.1e})"
             bar.step(sub.name + (f" x{sub.calls}" if sub.calls > 1 else ""), status[:160] + f" [{sub.seconds:.1f} s]")
+    mod = lower_leftovers(mod, subs, kind)
     return mod, subs, files
+
+
+def lower_leftovers(mod, subs: list[Subgraph], kind: str):
+    """Relax operators pipeline "zero" leaves in the module (GPT-2's and LLaMA's causal masks keep an
+    `R.cumsum`, which the VM cannot run): TVM's own dispatch (`DispatchSortScan`, `DispatchSampling`) and
+    legalization turn them into PrimFuncs here. They are no task of `extract`, so no .tsched operator
+    exists for them: each is listed as a fallback subgraph (TVM's own kernel; DLight's rules on GPU)."""
+    import tvm
+    from tvm import relax, tirx
+    target = tvm_build_target(kind)
+    if kind == "llvm":
+        from tvm.relax.backend.cpu_generic import pipeline as backend
+    else:
+        from tvm.relax.backend.gpu_generic import pipeline as backend
+    before = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+    mod = _bool_cumsum_as_int(mod)
+    with target:
+        mod = tvm.transform.Sequential(backend.library_dispatch_passes(target) + [relax.transform.LegalizeOps()])(mod)
+    script = None
+    for gv, f in list(mod.functions.items()):
+        if not isinstance(f, tirx.PrimFunc) or gv.name_hint in before:
+            continue
+        script = script or "\n".join(str(g) + f.script() for g, f in mod.functions.items()
+                                     if isinstance(f, relax.Function))
+        how = "TVM's own kernel from DispatchSortScan/LegalizeOps"
+        if kind != "llvm":
+            try:
+                mod.update_func(gv, default_schedule_original(f, kind))
+                how += ", DLight's rules"
+            except Exception as e:
+                how += f" (DLight failed: {str(e).strip().splitlines()[-1][:120] if str(e).strip() else e})"
+        subs.append(Subgraph(gv.name_hint, structural_key(f), [gv.name_hint],
+                             max(1, script.count(f"{gv.name_hint},") + script.count(f"{gv.name_hint}(")),
+                             source="fallback", policy="default",
+                             fallback=f"a Relax operator left after pipeline 'zero' (not an extracted task): {how}"))
+    return mod
+
+
+def _bool_cumsum_as_int(mod):
+    """`R.cumsum` of a bool tensor as int32 cumsum then `!= 0`: TVM's LLVM backend cannot add bools (it stops with
+    `CreateAdd ... kDLFloat`), and torch's `cumsum` of a bool mask counts (int64) before the mask is read as bool."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    pattern = is_op("relax.cumsum")(wildcard())
+
+    def rewriter(expr, matches):
+        x = expr.args[0]
+        if getattr(getattr(x, "ty", None), "dtype", None) != "bool" or expr.attrs.dtype not in (None, "bool"):
+            return expr
+        counted = relax.op.cumsum(relax.op.astype(x, "int32"), axis=expr.attrs.axis, dtype="int32",
+                                  exclusive=bool(expr.attrs.exclusive))
+        return relax.op.astype(counted, "bool")
+
+    for gv, f in list(mod.functions.items()):
+        if isinstance(f, relax.Function) and "cumsum" in f.script(show_meta=False):
+            mod.update_func(gv, rewrite_call(pattern, rewriter, f))
+    return mod
 
 
 def relax_build(mod, kind: str):
