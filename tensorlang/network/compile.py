@@ -66,7 +66,7 @@ class Subgraph:
     calls: int  # how often the model calls it (MetaSchedule's task weight)
     op: str | None = None  # the translated operator's name
     file: str | None = None  # its .tsched file in the schedules directory
-    source: str = "generated"  # generated | edited | fallback
+    source: str = "generated"  # generated | edited (its file came from --schedules DIR) | fallback
     policy: str = ""  # who made the schedule that was built (roller, tlm, default, ...)
     fallback: str | None = None  # why the subgraph fell back to `default`
     check: dict | None = None  # the numerical check of the scheduled function against the original
@@ -373,7 +373,7 @@ def schedule_all(prep: Prepared, policy: str, kind: str, schedules: str | Path |
         translations[sub.key], texts[sub.key] = tr, text
     edits = read_edits(schedules, subs, stems, kind) if schedules else {}  # stops before any work on a bad edit
 
-    mod = prep.mod
+    mod = prep.mod.clone()  # prep stays the unscheduled module (a caller may schedule it again)
     files: dict[str, str] = {}
     bar = Progress(total) if progress else None
     where = "GPU sm_90" if kind != "llvm" else host().name
@@ -385,7 +385,7 @@ def schedule_all(prep: Prepared, policy: str, kind: str, schedules: str | Path |
             tr, stem = translations[sub.key], stems[sub.key]
             if stem in edits:
                 doc = edits[stem]
-                sub.source, sub.policy = "edited", "edited"
+                sub.source, sub.policy = "edited", "from --schedules"
                 file_text = doc.text
             else:
                 doc = api.load_text(texts[sub.key], sub.file)
@@ -530,8 +530,9 @@ def relax_build(mod, kind: str):
 def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str = "roller", batch: int = 1,
                   seq: int | None = None, small: bool = False, image: int | None = None,
                   schedules: str | Path | None = None, check: bool = True, progress: bool = True,
-                  compare_torch: bool = True, log=None, write: bool = True) -> Built:
-    """Build `model` with `policy`; write the executable, manifest, weights, inputs and schedules next to `out`."""
+                  compare_torch: bool = True, log=None, write: bool = True, prep: Prepared | None = None) -> Built:
+    """Build `model` with `policy`; write the executable, manifest, weights, inputs and schedules next to `out`.
+    `prep`: the model's Prepared module when the caller has it already (it is not changed)."""
     import numpy as np
 
     from tensorlang.machine import describe, host_line
@@ -542,7 +543,7 @@ def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str =
     if policy.startswith("metaschedule") and not policy.partition(":")[2]:
         policy = "metaschedule:64"
     t0 = time.time()
-    prep = prepare(model, batch, seq, small, image, kind, log)
+    prep = prep or prepare(model, batch, seq, small, image, kind, log)
     t_prep = time.time()
     mod, subs, files = schedule_all(prep, policy, kind, schedules, check, progress)
     t_sched = time.time()
@@ -590,7 +591,7 @@ def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str =
     if write:
         paths["manifest"].write_text(json.dumps(manifest, indent=1, default=str) + "\n")
     fb = manifest["fallbacks"]
-    log(f"{model}: {len(subs)} subgraphs ({manifest['edited']} edited, {fb} fallback{'s' if fb != 1 else ''} to "
+    log(f"{model}: {len(subs)} subgraphs ({manifest['edited']} from --schedules, {fb} fallback{'s' if fb != 1 else ''} to "
         f"default), schedules {manifest['seconds']['schedule']:.1f} s, build {manifest['seconds']['build']:.1f} s"
         + (f" -> {paths['so']}" if write else ""))
     return Built(paths["so"], manifest, mod, ex)

@@ -106,10 +106,13 @@ def profile(out: str | Path, runs: int = 10, warmup: int = 2, lock: bool = True)
                      "schedule": how, "fallback": sub["source"] == "fallback", "reason": sub.get("fallback"),
                      "file": str(sched_dir / sub["file"]) if sub.get("file") else None})
     rows.sort(key=lambda r: -r["seconds"])
+    called = {r["subgraph"] for r in rows}
+    not_called = [{"subgraph": sub["name"], "file": str(sched_dir / sub["file"]) if sub.get("file") else None}
+                  for sub in manifest["subgraphs"] if sub["name"] not in called]
     total = sum(median.values())
     return {"executable": str(out), "model": manifest["model"], "policy": manifest["policy"], "host": host_line(),
             "runs": runs, "warmup": warmup, "end_to_end_median_s": statistics.median(plain),
-            "instrumented_total_s": total, "builtins": builtins, "subgraphs": rows,
+            "instrumented_total_s": total, "builtins": builtins, "subgraphs": rows, "not_called": not_called,
             "fallback_share": (sum(r["seconds"] for r in rows if r["fallback"]) / total) if total else 0.0,
             "lock_wait_s": getattr(held, "wait_s", 0.0) if held is not None else 0.0}
 
@@ -128,6 +131,9 @@ def format_table(p: dict, top: int | None = None) -> str:
     b = p["builtins"]
     lines.append(f"{'':>3} {b['seconds'] * 1e3:9.3f} {100 * b['seconds'] / total:5.1f}% {b['calls']:>5}  "
                  f"{'':<18} VM builtins (allocation, reshape, shape checks)")
+    for r in p.get("not_called", []):
+        lines.append(f"{'':>3} {'-':>9} {'':>6} {0:>5}  {'':<18} {r['subgraph']} -> {r['file']}: not called at run "
+                     f"time (the VM's lowering replaced its calls: a reshape becomes a view)")
     lines.append(f"fallback subgraphs: {100 * p['fallback_share']:.1f}% of the instrumented time")
     return "\n".join(lines)
 
