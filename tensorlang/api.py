@@ -96,7 +96,7 @@ def space_membership(doc: Document, sched: A.Schedule, applied, budget: int = 32
     from tensorlang.space.convert import trace_to_statements
     from tensorlang.space.membership import locate
     from tensorlang.space.space import Space
-    from tensorlang.parser.printer import format_stmt
+    from tensorlang.space.render import statements_text
     try:
         space = Space(doc.model.ops[sched.op], doc.primfunc(sched.op), doc.model.targets[sched.target])
         found = locate(space, applied.sch.mod, applied.sch.trace, sched.stmts, budget=budget)
@@ -108,7 +108,7 @@ def space_membership(doc: Document, sched: A.Schedule, applied, budget: int = 32
     fix = []
     if found.point is not None:
         stmts, _ = trace_to_statements(found.point.trace, doc.primfunc(sched.op), doc.model.ops[sched.op])
-        fix = ["\n".join(format_stmt(s) for s in stmts)]
+        fix = [statements_text(stmts).rstrip("\n")]
     return [Dg.hint("TS314", f"legal, but not a point of the schedule space of {sched.op} on {sched.target}: no "
                              f"sketch and decisions reproduce it ({len(space.sketches)} sketches searched); the nearest "
                              f"in-space schedule is offered as a fix", span, fix)]

@@ -283,7 +283,7 @@ def test_cli_space_complete(tmp_path, capsys):
                  "    k0, k1, k2 = split(C.k, [2, 4, 64])\n}" + src[end:])
     assert main(["space", str(f), "--op", "matmul", "--target", "cpu", "--complete", "--seed", "2"]) == 1
     out, err = capsys.readouterr()
-    assert "j_0, j_1, j_2, j_3 = split(C.j, [4, 2, 4, 16])" in out
+    assert "j0, j1, j2, j3 = split(C.j, [4, 2, 4, 16])" in out  # as the user named them, too
     assert '"pragma_auto_unroll_max_step", 16)' in out
     line = src[:start].count("\n") + 5
     assert f"partial.tsched:{line}:5: `k0, k1, k2 = split(C.k, [2, 4, 64])` is outside the space: every sketch " \

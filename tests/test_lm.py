@@ -321,7 +321,44 @@ def test_tlm_policy_and_generate_command(tiny, tmp_path, monkeypatch, capsys):
     from tensorlang import diagnostics as Dg
     d = api.load(f)
     assert not Dg.has_errors(api.check(d)) and api.lower_op(d, "rowmax", "cpu").policy == "schedule"
-    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 1  # has one already
+    before = f.read_text()
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 0  # complete already
+    assert f.read_text() == before
+    G._DEFAULT.clear()
+
+
+def test_generate_completes_a_partly_written_schedule_keeping_its_lines(tiny, tmp_path, monkeypatch):
+    """A block with a tiling greedy decoding would not choose: `generate --write` keeps the written lines as they
+    are, adds the rest before `}`, and the result is the point of the space with exactly that decision."""
+    import re
+
+    from tensorlang import api, cli
+    from tensorlang.lm import generate as G
+    from tensorlang.lm import model as M
+    from tensorlang.space.membership import locate
+    from tensorlang.space.space import Space
+    monkeypatch.setattr(M, "DEFAULT_DIR", tiny[0] / "fine")
+    G._DEFAULT.clear()
+    doc, spaces = _spaces()
+    greedy = G.default_generator().generate(spaces["mm"]).schedule_text.splitlines()
+    k = next(n for n, line in enumerate(greedy) if "split(C.i" in line)
+    factors = re.search(r"\[(.*)\]", greedy[k]).group(1)
+    other = next(c for c in ("1, 2, 4, 8", "2, 2, 2, 8", "4, 1, 2, 8", "1, 1, 8, 8") if c != factors)
+    written = greedy[:k] + [greedy[k].replace(f"[{factors}]", f"[{other}]")]
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC + "\nschedule mm on cpu {\n" + "".join(f"    {w}\n" for w in written) + "}\n")
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 0
+    text = f.read_text()
+    assert "".join(f"    {w}\n" for w in written) + "    # completed by tlm-2x64" in text
+    d = api.load(f)
+    (sched,) = [s for s in d.model.schedules if s.op == "mm"]
+    assert len(sched.stmts) > len(written)
+    res = api.check_schedule(d, sched)
+    assert res.applied is not None and not [x for x in res.diagnostics if x.severity == "error"]
+    space = Space(d.model.ops["mm"], d.primfunc("mm"), d.model.targets["cpu"])
+    found = locate(space, res.applied.sch.mod, res.applied.sch.trace, sched.stmts)
+    assert found.inside and tuple(int(x) for x in other.split(", ")) in [tuple(x) for x in found.point.decisions
+                                                                        if isinstance(x, (tuple, list))]
     G._DEFAULT.clear()
 
 
@@ -351,3 +388,33 @@ def test_iterate_measures_the_models_candidates_then_finetunes(tiny, corpus, tmp
     assert [s["stage"] for s in card["stages"]] == ["pretrain", "finetune", "finetune"]
     assert json.loads((tmp_path / "it" / "iterate.json").read_text()) == hist
     assert I.iterate(1, tiny[0] / "fine", tmp_path / "it", **opts) == hist and len(list(read(measured))) == 4
+
+
+def test_generate_writes_a_metaschedule_database_tvm_compiles(tiny, tmp_path, monkeypatch):
+    """`generate --ms-database DIR`: TVM's own compile_tir reads the database and builds the same TensorIR as
+    the schedule written into the file; a GPU target is refused (a record needs a measured latency)."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from tensorlang import api, cli
+    from tensorlang.lm import generate as G
+    from tensorlang.lower.targets import tvm_target
+    monkeypatch.setenv("TENSORLANG_MEASURE_LOCK", str(tmp_path / "lock"))
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC)
+    db_dir = tmp_path / "db"
+    model = str(tiny[0] / "fine")
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--model", model, "--write",
+                     "--ms-database", str(db_dir)]) == 0
+    assert (db_dir / "database_workload.json").exists() and (db_dir / "database_tuning_record.json").exists()
+    d = api.load(f)
+    lowered = api.lower_op(d, "mm", "cpu")
+    assert lowered.policy == "schedule"
+    db = ms.database.JSONDatabase(work_dir=str(db_dir))
+    (rec,) = db.get_all_tuning_records()
+    assert 0 < float(rec.run_secs[0]) < 1.0
+    sch = ms.tir_integration.compile_tir(db, d.primfunc("mm"), tvm_target(d.model.targets["cpu"]))
+    assert sch is not None and tvm_ffi.structural_equal(sch.mod, lowered.mod)
+    assert cli.main(["generate", str(f), "--target", "gpu", "--op", "mm", "--model", model, "--ms-database",
+                     str(tmp_path / "db2")]) == 2 and not (tmp_path / "db2").exists()
+    G._DEFAULT.clear()

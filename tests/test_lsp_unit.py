@@ -62,7 +62,7 @@ BASE = ("target cpu = llvm(cores = 2)\n\n@auto\nop matmul(A: f32[64, 64], B: f32
 def fake_policy(monkeypatch):
     calls = []
 
-    def generate(policy, mod, op, target):
+    def generate(policy, mod, op, target, written=()):  # a policy that ignores what is written
         calls.append((policy, op.name, target.name, mod is not None))
         return baselines.Generated(mod, "fake", [], FAKE)
 
@@ -76,10 +76,10 @@ class StubServer:
     def __init__(self):
         self.measurements = {}
 
-    async def generation(self, an, op, target, timeout=None):
+    async def generation(self, an, op, target, timeout=None, written=()):
         if op not in an.model.ops or target not in an.model.targets:
             return None
-        return W.generate_schedule(an.doc, op, target)
+        return W.generate_schedule(an.doc, op, target, written)
 
     async def schedule_state(self, an, op, stmts, upto_line, resolve=(), timeout=None):
         return None

@@ -8,8 +8,8 @@ produce it (where the policy can say), and names the policy:
 - `metaschedule[:N]`: MetaSchedule tuning with N trials (default 64), its best trace as .tsched text;
 - `tlm`: the tensor language model (baselines/tlm.py: greedy, legal by construction); `tlm:K`: K distinct
   legal candidates measured, the fastest kept; without a model checkpoint, `roller` (warning TS409);
-- `auto`: the best available policy -- `tlm` where the model checkpoint exists, else `roller`. Inside the
-  language server's worker `auto` stays `roller` (the model is not wired into the LSP yet).
+- `auto`: the best available policy -- `tlm` where the model checkpoint exists, else `roller` (the
+  language server's workers too: the model loads there once, in the background, at start).
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ class Generated:
     schedule_text: str | None = None  # .tsched statements, one per line, where the policy can express them
 
 
-# What `auto` means in this process when set. The language server's worker processes set "roller" when they
-# start: the model is not wired into the editor yet (its first load there would cost seconds).
+# What `auto` means in this process when set (tests, or a process that wants one policy everywhere).
 AUTO_POLICY: str | None = None
 
 
@@ -41,13 +40,15 @@ def auto_policy() -> str:
     return "roller" if checkpoint_missing() else "tlm"
 
 
-def generate(policy: str, mod, op, target) -> Generated:
+def generate(policy: str, mod, op, target, written=()) -> Generated:
+    """`written`: statements a user has written in the schedule block (the editor, `generate` on a partly
+    written block): the model keeps their decisions; the other policies make their schedule as always."""
     name, _, arg = policy.partition(":")
     if name == "auto":
         name = auto_policy()
     if name == "tlm":
         from tensorlang.baselines.tlm import tlm_schedule
-        return tlm_schedule(mod, op, target, int(arg) if arg else None)
+        return tlm_schedule(mod, op, target, int(arg) if arg else None, written=written)
     if name == "default":
         from tensorlang.baselines.default import default_schedule
         return default_schedule(mod, op, target)
@@ -55,7 +56,6 @@ def generate(policy: str, mod, op, target) -> Generated:
         from tensorlang.baselines.metaschedule import metaschedule_schedule
         return metaschedule_schedule(mod, op, target, int(arg or 64))
     if name in ("auto", "roller", "random"):
-        from tensorlang.parser.printer import format_stmt
         from tensorlang.space.space import Infeasible, Space
         label = "roller" if name == "auto" else name
         try:
@@ -71,7 +71,8 @@ def generate(policy: str, mod, op, target) -> Generated:
         except (Infeasible, ValueError) as e:
             return Generated(None, label, [error("TS406", f"policy {label} found no schedule for '{op.name}': {e}",
                                                  op.ast.name_span)])
-        text = "".join(format_stmt(s) + "\n" for s in point.stmts)
+        from tensorlang.space.render import statements_text
+        text = statements_text(point.stmts)
         return Generated(point.mod, label, [], text)
     return Generated(None, policy, [error("TS302", f"unknown policy '{policy}'; policies: {', '.join(POLICIES)}",
                                           op.ast.name_span)])

@@ -77,8 +77,11 @@ def tune(mod, tvm_target, kind: str, trials: int, seed: int = 0, num_threads: in
 
 
 def tune_records(mod, tvm_target, kind: str, trials: int, top: int, seed: int = 0, num_threads: int | None = None,
-                 trials_per_iter: int = 64, build_timeout_s: float = 30, run_timeout_s: float = 30) -> list:
+                 trials_per_iter: int = 64, build_timeout_s: float = 30, run_timeout_s: float = 30,
+                 history: list | None = None) -> list:
     """Run MetaSchedule; its `top` fastest distinct schedules as [(tvm.s_tir.Schedule, mean run seconds)].
+    `history`: a list to which each trial's mean run seconds are appended, in the order they were measured
+    (None for a trial that failed) -- the search's time-to-quality curve.
 
     The work dir (artifacts, log) is a temporary folder, removed at the end; TENSORLANG_MS_LOG=PATH keeps
     the tuning log."""
@@ -99,6 +102,10 @@ def tune_records(mod, tvm_target, kind: str, trials: int, top: int, seed: int = 
                 builder=builder(work_dir, num_threads, build_timeout_s),
                 runner=ms.runner.LocalRunner(timeout_sec=run_timeout_s), database=database,
                 cost_model=ms.CostModel.create("xgb", num_tuning_cores=num_threads), task_scheduler="gradient")
+            if history is not None:
+                for rec in database.get_all_tuning_records():
+                    secs = [float(x) for x in rec.run_secs or []]
+                    history.append(sum(secs) / len(secs) if secs and max(secs) < 1e9 else None)
             out = []
             for rec in database.get_top_k(database.commit_workload(ctx.mod), top):
                 sch = s_tir.Schedule(ctx.mod)
@@ -129,7 +136,6 @@ def metaschedule_schedule(mod, op, target, trials: int | str = DEFAULT_TRIALS, s
     """`mod`: the operator's unscheduled IRModule; `op`: its OpModel; `target`: a TargetModel;
     `trials`: the number of measured trials (the N of `metaschedule:N`, as an int or its text)."""
     from tensorlang.lower.targets import tvm_target
-    from tensorlang.parser.printer import format_stmt
     from tensorlang.space import metaschedule as msx
     from tensorlang.space.convert import ConversionError, trace_to_statements
 
@@ -155,7 +161,8 @@ def metaschedule_schedule(mod, op, target, trials: int | str = DEFAULT_TRIALS, s
     except ConversionError as e:
         return Generated(sch.mod, label, [error("TS310", f"policy {label}: the best schedule for '{op.name}' has no "
                                                          f".tsched form: {e}", op.ast.name_span)])
-    text = "".join(format_stmt(s) + "\n" for s in stmts)
+    from tensorlang.space.render import statements_text
+    text = statements_text(stmts)
     return Generated(sch.mod, label, [], text)
 
 

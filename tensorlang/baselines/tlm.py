@@ -20,7 +20,9 @@ def checkpoint_missing(path=None) -> str | None:
     return None
 
 
-def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0) -> Generated:
+def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, written=()) -> Generated:
+    """`written`: statements a user has written (any order): the schedule keeps their decisions
+    (space/constraints.py); a statement outside the space is left out of the constraints and said (TS314)."""
     from tensorlang.space.space import Infeasible, Space
     missing = checkpoint_missing()
     if missing:
@@ -30,11 +32,21 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0) -> 
                                    op.ast.name_span)] + list(gen.diagnostics)
         return gen
     from tensorlang.lm.generate import default_generator, fastest
+    notes = []
     try:
         space = Space(op, mod, target)
         gen = default_generator()
+        cons = None
+        if written:
+            from tensorlang.space.constraints import constraints
+            cons = constraints(space, tuple(written))
+            if cons.outside is not None:
+                notes.append(warning("TS314", f"policy tlm: {cons.outside}; the schedule keeps the other written "
+                                              f"statements' decisions", op.ast.name_span))
+            if not cons.sketches:
+                cons = None
         if samples and samples > 1:
-            outs = gen.sample(space, samples, seed=seed)
+            outs = gen.sample(space, samples, seed=seed, constraints=cons)
             if target.is_gpu:  # no GPU here to time them: the greedy one
                 best = outs[0]
             else:
@@ -43,8 +55,8 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0) -> 
                     return Generated(None, f"tlm:{samples}", [error(
                         "TS406", f"policy tlm:{samples}: none of {len(outs)} candidates ran correctly", op.ast.name_span)])
         else:
-            best = gen.generate(space)
+            best = gen.generate(space, cons)
     except (Infeasible, ValueError) as e:
         return Generated(None, "tlm", [error("TS406", f"policy tlm found no schedule for '{op.name}': {e}",
                                              op.ast.name_span)])
-    return Generated(best.point.mod, "tlm" if not samples else f"tlm:{samples}", [], best.schedule_text)
+    return Generated(best.point.mod, "tlm" if not samples else f"tlm:{samples}", notes, best.schedule_text)

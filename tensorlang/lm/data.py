@@ -98,6 +98,17 @@ def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
     return out
 
 
+def best_records(records: list[dict]) -> list[dict]:
+    """The best record of each task on each machine (ratio 1; the first of ties)."""
+    seen, out = set(), []
+    for r in records:
+        k = (r["task"]["hash"], r.get("machine"))
+        if r["ratio"] == 1.0 and k not in seen:
+            seen.add(k)
+            out.append(r)
+    return out
+
+
 def refuse_heldout(records: list[dict], heldout: HeldOut, what: str) -> None:
     bad = [r for r in records if r["task"] in heldout]
     if bad:

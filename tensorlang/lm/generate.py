@@ -3,13 +3,16 @@
     gen = Generator()                      # the shipped checkpoint (lm/checkpoints/default)
     out = gen.generate(space)              # greedy: out.point (sketch, decisions, .stmts, .mod), out.tokens
     outs = gen.sample(space, k=8, seed=0)  # up to 8 distinct legal schedules (greedy first)
+    out = gen.generate(space, constraints(space, written_stmts))  # consistent with what a user wrote
 
 Decoding is constrained by the Space Builder: at every step a LogitsProcessor (`LegalTokens`) leaves only
 the legal next tokens of `NextTokens` (everything else -inf), so no output is ever rejected or retried.
 Tokens with one legal choice (forced: SKETCH, DECISIONS, the decision heads, ...) are fed together with the
 next chosen token in one forward step; the prompt and the forced tokens after it are the prefill. KV cache on.
 Greedy ties go to the lowest token id (torch.argmax over the legal ids in ascending order returns the
-first maximum). Same space and model -> the same tokens.
+first maximum). Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
+schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
+written decision, whatever the model would have chosen.
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ class Output:
 
     @property
     def schedule_text(self) -> str:
-        from tensorlang.parser.printer import format_stmt
-        return "".join(format_stmt(s) + "\n" for s in self.point.stmts)
+        from tensorlang.space.render import statements_text
+        return statements_text(self.point.stmts)
 
 
 _CACHE_ARG = "cache"  # transformers >= 5.2x; `past_key_values` before
@@ -120,12 +123,16 @@ class Generator:
         return ([self.quality] if self.quality else []) + S.prompt_tokens(space)
 
     # ------------------------------------------------------------------ decoding
-    def _start(self, space):
+    def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
         import torch
 
         from tensorlang.space.sentence import NextTokens
-        nt = NextTokens(space)
+        if constraints is not None:
+            from tensorlang.space.constraints import ConstrainedTokens
+            nt = ConstrainedTokens(space, constraints)
+        else:
+            nt = NextTokens(space)
         fed = [self.ids[t] for t in self.prompt(space)]
         forced = self._push_forced(nt)
         fed += [self.ids[t] for t in forced]
@@ -153,7 +160,7 @@ class Generator:
         while not nt.done:
             allowed = proc.allowed()
             if not allowed:
-                raise RuntimeError(f"no legal token after {nt.tokens[-8:]} ({nt.error})")
+                raise RuntimeError(f"no legal token after {nt.tokens[-8:]} ({getattr(nt, 'error', None)})")
             tok = choose(logits, allowed)
             nt.push(self.words[tok])
             free += 1
@@ -175,14 +182,14 @@ class Generator:
         idx = torch.tensor(allowed, device=logits.device)
         return allowed[int(torch.argmax(logits[idx].float()))]  # first maximum: the lowest id among ties
 
-    def generate(self, space) -> Output:
-        """The greedy schedule for a space (its target is in the prompt)."""
+    def generate(self, space, constraints=None) -> Output:
+        """The greedy schedule for a space (its target is in the prompt), within `constraints` if given."""
         with _Threads(self.threads):
-            return self._generate(space)
+            return self._generate(space, constraints)
 
-    def _generate(self, space) -> Output:
+    def _generate(self, space, constraints=None) -> Output:
         t0 = time.perf_counter()
-        nt, past, logits, _, forced0 = self._start(space)
+        nt, past, logits, _, forced0 = self._start(space, constraints)
         try:
             tokens, free, forced, steps = self._decode(nt, past, logits, self._greedy)
             t1 = time.perf_counter()
@@ -193,17 +200,18 @@ class Generator:
         return Output(point, list(tokens), steps + 1, free, forced + forced0,
                       {"decode": t1 - t0, "finish": t2 - t1})
 
-    def sample(self, space, k: int, seed: int = 0, temperature: float = 1.0, attempts: int | None = None) -> list[Output]:
+    def sample(self, space, k: int, seed: int = 0, temperature: float = 1.0, attempts: int | None = None,
+               constraints=None) -> list[Output]:
         """Up to k distinct legal schedules: the greedy one, then seeded samples (as many as the space holds
-        within `attempts`, default 4k + 4)."""
+        within `attempts`, default 4k + 4), all within `constraints` if given."""
         with _Threads(self.threads):
-            return self._sample(space, k, seed, temperature, attempts)
+            return self._sample(space, k, seed, temperature, attempts, constraints)
 
-    def _sample(self, space, k, seed, temperature, attempts) -> list[Output]:
+    def _sample(self, space, k, seed, temperature, attempts, constraints=None) -> list[Output]:
         import copy
 
         import torch
-        outs = [self._generate(space)]
+        outs = [self._generate(space, constraints)]
         seen = {(outs[0].point.sketch, tuple(outs[0].point.decisions))}
         if k <= 1:
             return outs[:k]
@@ -214,7 +222,7 @@ class Generator:
             p = torch.softmax(logits[idx].float().cpu() / temperature, dim=-1)
             return allowed[int(torch.multinomial(p, 1, generator=gen))]
 
-        nt0, past0, logits0, _, forced0 = self._start(space)
+        nt0, past0, logits0, _, forced0 = self._start(space, constraints)
         try:
             for _ in range(attempts if attempts is not None else 4 * k + 4):
                 if len(outs) >= k:

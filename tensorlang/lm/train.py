@@ -71,8 +71,11 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           batch_size: int = 16, lr: float | None = None, epochs: float | None = None,
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
-          logging_steps: int = 10, dtype: str | None = None, lock: bool = True, log=print) -> dict:
-    """Run one stage; returns its entry of the model card (also written to OUT)."""
+          logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
+          log=print) -> dict:
+    """Run one stage; returns its entry of the model card (also written to OUT).
+    `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
+    OSDI'24 recipe, for the ablation against quality conditioning."""
     if stage not in ("pretrain", "finetune"):
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
     import torch
@@ -90,7 +93,10 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     else:
         records = D.measured_records(measured_dirs)
         D.refuse_heldout(records, heldout, f"train --stage finetune ({', '.join(map(str, measured_dirs))})")
-        corpus = D.build(records, True, heldout, max_tokens=max_tokens, seed=seed, validation_cap=validation_cap)
+        if best_only:
+            records = D.best_records(records)
+        corpus = D.build(records, not best_only, heldout, max_tokens=max_tokens, seed=seed,
+                         validation_cap=validation_cap)
         sources = list(map(str, measured_dirs))
     if not corpus.train:
         raise ValueError(f"{stage}: no training examples in {', '.join(sources)}")
@@ -159,6 +165,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
              "train_loss": round(float(result.training_loss), 4), "validation_loss": None if val_loss is None
              else round(float(val_loss), 4), "seed": seed, "device": "cuda" if cuda else "cpu",
              "resumed_from": str(last) if last else None, "stopped_by_time": state.global_step < steps,
+             **({"best_only": True} if best_only else {}),
              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
     if stage == "pretrain":
         entry["heldout_tasks_unmeasured_samples"] = ("excluded" if exclude_heldout_pretrain else
@@ -168,10 +175,11 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     stages = list(card.get("stages", [])) + [entry]
     from tensorlang.machine import host
     from tensorlang.space import sentence as S
+    conditioned = any(s["stage"] == "finetune" and not s.get("best_only") for s in stages)
     card.update({"size": size, "seed": seed, "stages": stages, "version": f"v{len(stages)}",
                  "vocab": " ".join(S.version_tokens()), "host": f"{host().name} ({host().cores} cores)",
-                 "quality_conditioned": any(s["stage"] == "finetune" for s in stages),
-                 "generation_quality_token": D.TOP_QUALITY if any(s["stage"] == "finetune" for s in stages) else None,
+                 "quality_conditioned": conditioned,
+                 "generation_quality_token": D.TOP_QUALITY if conditioned else None,
                  "quality_buckets": {f"Q{i}": f"<= {b}x the best known for the task on that machine"
                                      for i, b in enumerate(D.QUALITY_BOUNDS)} | {"Q3": "slower"},
                  "gpu": "untuned for GPUs: no GPU measurement was in fine-tuning; CUDA generation is constrained "
@@ -206,7 +214,7 @@ def main_train(args) -> int:
               minutes=args.minutes, resume=args.resume, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
               epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
               measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
-              exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype,
+              exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype, best_only=args.best_only,
               log=lambda *a, **k: print(*a, **k))
     except HeldOutRefused as e:
         print(f"tensorlang train: error: {e}", file=sys.stderr)
@@ -237,6 +245,8 @@ def add_arguments(p) -> None:
     p.add_argument("--exclude-heldout", action="store_true",
                    help="also keep the held-out tasks' unmeasured samples out of pre-training")
     p.add_argument("--dtype", choices=("float16", "bfloat16"), help="save the weights in half precision")
+    p.add_argument("--best-only", action="store_true",
+                   help="finetune on the best record per task alone, no quality tokens (the OSDI'24 recipe)")
     p.add_argument("--tasks", action="append", help="--iterate: the tasks' .tsched files or dirs "
                    "(default data/workloads, data/workloads-variants, examples)")
     p.add_argument("--target", default="llvm", help="--iterate: the target measured (default llvm)")

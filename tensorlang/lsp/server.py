@@ -42,6 +42,7 @@ from tensorlang.lsp.analysis import Analysis, Occ
 from tensorlang.lsp.incremental import IncrementalParser, shift
 from tensorlang.lsp.workers import BACKGROUND, GENERATE, INTERACTIVE, LEGALITY, Worker, WorkerError
 from tensorlang.parser import ast as A
+from tensorlang.parser.printer import format_stmt
 
 log = logging.getLogger("tensorlang.lsp")
 
@@ -317,19 +318,22 @@ class TensorlangServer(LanguageServer):
             log.warning("schedule state unavailable: %s", e)
             return None
 
-    async def generation(self, an: Analysis, op: str, target: str, timeout: float = GENERATE_WAIT_S) -> dict | None:
-        """`baselines.generate("auto", ...)` for an operator and target (worker), or None."""
+    async def generation(self, an: Analysis, op: str, target: str, timeout: float = GENERATE_WAIT_S,
+                         written: tuple = ()) -> dict | None:
+        """`baselines.generate("auto", ...)` for an operator and target (worker), or None. `written`: the
+        statements already in the schedule block, whose decisions the model keeps."""
         op_model = an.model.ops.get(op or "")
         tm = an.model.targets.get(target or "")
         if op_model is None or tm is None:
             return None
-        key = ("generate", op_model.ast, _target_key(tm))
+        written = tuple(written or ())
+        key = ("generate", op_model.ast, _target_key(tm), tuple(format_stmt(s) for s in written))
         hit = self.generation_cache.get(key)
         if hit is not None:
             return hit
         try:
             return await self.analysis_worker.call(
-                "generate", an.text, an.path, op, target, priority=GENERATE, key=key, timeout=timeout,
+                "generate", an.text, an.path, op, target, written, priority=GENERATE, key=key, timeout=timeout,
                 on_result=functools.partial(self.generation_cache.put, key))
         except (asyncio.TimeoutError, WorkerError) as e:
             log.warning("schedule generation unavailable: %s", e)
@@ -651,7 +655,7 @@ async def _insertions(ls: TensorlangServer, an: Analysis, ctx) -> list:
     """(text, range, gen, op, target) for each generated schedule that fits the cursor."""
     out = []
     if ctx.where == "sched_head" and ctx.stmts_above is not None and not ctx.stmts_below and ctx.op and ctx.target:
-        gen = await ls.generation(an, ctx.op, ctx.target)
+        gen = await ls.generation(an, ctx.op, ctx.target, written=ctx.stmts_above)
         found = F.schedule_insertion(an, ctx, gen, ctx.target) if gen else None
         if found:
             out.append((*found, gen, ctx.op, ctx.target))
@@ -689,7 +693,7 @@ async def _generate_actions(ls: TensorlangServer, uri: str, an: Analysis, line0:
                 kind=T.CodeActionKind.Refactor,
                 edit=T.WorkspaceEdit(changes={uri: [T.TextEdit(T.Range(end, end), block)]})))
     elif isinstance(item, A.Schedule) and item.op in an.model.ops and item.target in an.model.targets:
-        gen = await ls.generation(an, item.op, item.target)
+        gen = await ls.generation(an, item.op, item.target, written=item.stmts)
         parsed = F.generated_statements(item.op, item.target, gen["schedule_text"]) \
             if gen and gen.get("schedule_text") else None
         k = len(item.stmts)

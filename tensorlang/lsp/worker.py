@@ -165,17 +165,23 @@ def schedule_state(op_model, schedule: A.Schedule, upto_line: int | None, resolv
             "bound_loops": [n for n in env.loops], "bound_stages": [n for n in env.stages]}
 
 
-def generate_schedule(doc: api.Document, op: str, target: str) -> dict:
+def generate_schedule(doc: api.Document, op: str, target: str, written: tuple = ()) -> dict:
     """`tensorlang.baselines.generate("auto", doc.primfunc(op), op_model, target_model)`, as plain data.
-    `schedule_text` is None when the policy cannot write its schedule as statements."""
+    `written`: the statements already in the block (the model keeps their decisions). `schedule_text` is
+    None when the policy cannot write its schedule as statements; `model` names the model that wrote it."""
     from tensorlang import baselines  # looked up at call time: tests replace baselines.generate
-    gen = baselines.generate("auto", primfunc(doc, op), doc.model.ops[op], doc.model.targets[target])
-    return {"policy": gen.policy, "schedule_text": gen.schedule_text, "diagnostics": list(gen.diagnostics),
-            "ok": gen.mod is not None}
+    args = (primfunc(doc, op), doc.model.ops[op], doc.model.targets[target])
+    gen = baselines.generate("auto", *args, written=tuple(written)) if written else baselines.generate("auto", *args)
+    out = {"policy": gen.policy, "schedule_text": gen.schedule_text, "diagnostics": list(gen.diagnostics),
+           "ok": gen.mod is not None, "model": None}
+    if gen.policy.startswith("tlm"):
+        from tensorlang.lm.generate import default_generator
+        out["model"] = default_generator().name
+    return out
 
 
-def generate(text: str, path: str, op: str, target: str) -> dict:
-    return generate_schedule(document(text, path), op, target)
+def generate(text: str, path: str, op: str, target: str, written: tuple = ()) -> dict:
+    return generate_schedule(document(text, path), op, target, written)
 
 
 def lower(text: str, path: str, op: str, target: str, emit: str) -> dict:
@@ -261,13 +267,12 @@ def _write(stream, obj):
     stream.flush()
 
 
-# The policy `auto` means in the editor's workers (see baselines.AUTO_POLICY).
-EDITOR_POLICY = "roller"
+# The policy the editor's workers generate with: `auto`, the best available (the model where its checkpoint
+# exists -- loaded once, in the background job `warmup_generation` at start -- else roller).
+EDITOR_POLICY = "auto"
 
 
 def main() -> int:
-    from tensorlang import baselines
-    baselines.AUTO_POLICY = EDITOR_POLICY
     # The protocol owns the real stdout; anything else printed (TVM, warnings) goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

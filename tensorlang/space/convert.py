@@ -300,5 +300,6 @@ def _rebinds(stmts, ref: A.Ref) -> bool:
 
 
 def render_schedule(op: str, target: str, stmts) -> str:
-    body = "".join(f"    {format_stmt(s)}\n" for s in stmts)
-    return f"schedule {op} on {target} {{\n{body}}}\n"
+    """A schedule block as people read it: space/render.py (short names, no identity fuse, comments)."""
+    from tensorlang.space import render
+    return render.render_schedule(op, target, stmts)

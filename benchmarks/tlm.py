@@ -1,0 +1,508 @@
+"""The tensor language model against search, heuristics and PyTorch, on held-out and in-distribution tasks.
+
+    .venv/bin/python benchmarks/tlm.py [--set heldout] [--set indist] [--model DIR] [--ablation DIR]
+                                       [--trials 64] [--repeat 5] [--skip-ms]
+
+Tasks (all on this CPU, target llvm = the host):
+- heldout: 22 tasks of the two held-out models (data/split.json: EfficientNet-B0, the LLaMA-7B layer) --
+  conv2d with batch-norm epilogues, depthwise conv2d, the SE block's convs, global mean, dense matmul,
+  softmax, RMS norm, SiLU gating, the rotary embedding, a residual add. No measured record of any of them
+  reached fine-tuning (`train` refuses them).
+- indist: up to 12 validation tasks of the training models (lm/data.is_validation: kept out of both
+  training stages, but from the training distribution).
+
+Policies per task:
+- `tlm`: the model's greedy, constrained schedule (one pass); `tlm:8`: its 8 distinct candidates (greedy
+  + seeded samples) measured with the harness, the fastest kept (its schedule time includes that);
+- `tlm-best-only` (`--ablation DIR`): a model fine-tuned on the best record per task alone (OSDI'24);
+- `tlm-untrained`: a randomly initialised model of the same size with the same decoder -- the floor a
+  trained model must clear;
+- `random` (a uniform sample of the space), `roller`, `default` (TVM without search);
+- `metaschedule:N`: MetaSchedule's evolutionary search, N measured trials (its tuning time recorded, and
+  its best-so-far latency after each trial, for the time-to-quality curve);
+- `torch`: PyTorch eager where the task is a plain matmul or softmax.
+
+Phase 1 (schedules) is cached in benchmarks/results/tlm_schedules.json, per task and policy, written after
+each one: a killed run resumes, and MetaSchedule is not run twice. Phase 2 measures every candidate of a
+task set side by side in one harness run (interleaved rounds, under the measurement lock), so every ratio
+compares figures of one run. Writes benchmarks/results/tlm.json (+ tlm.png) and prints the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+CACHE = RESULTS / "tlm_schedules.json"
+
+E, L = "data/workloads/efficientnet-b0", "data/workloads/llama7b-layer"
+HELDOUT = [  # (file, kind)
+    (f"{E}/fused_conv2d_subtract_divide_expand_dims_multiply_expand_dims_add1_tir_sigmoid_multiply1.tsched", "conv2d"),
+    (f"{E}/fused_conv2d14_subtract4_divide4_expand_dims3_multiply9_expand_dims3_add12_add17.tsched", "conv2d"),
+    (f"{E}/fused_conv2d16_subtract7_divide7_expand_dims5_multiply15_expand_dims5_add20.tsched", "conv2d"),
+    (f"{E}/fused_conv2d23_subtract10_divide10_expand_dims7_multiply27_expand_dims7_add28.tsched", "conv2d"),
+    (f"{E}/fused_conv2d30_subtract12_divide12_expand_dims9_multiply32_expand_dims9_add35.tsched", "conv2d"),
+    (f"{E}/fused_conv2d12_add15_tir_sigmoid8_multiply12.tsched", "conv2d-se"),
+    (f"{E}/fused_conv2d13_add16_tir_sigmoid9_multiply13.tsched", "conv2d-se"),
+    (f"{E}/fused_conv2d1_subtract_divide_expand_dims_multiply_expand_dims_add1_tir_sigmoid_multiply1.tsched",
+     "depthwise"),
+    (f"{E}/fused_conv2d11_subtract5_divide5_expand_dims4_multiply10_expand_dims4_add14_tir_sigmoid7_multiply11.tsched",
+     "depthwise"),
+    (f"{E}/fused_conv2d18_subtract8_divide8_expand_dims6_multiply16_expand_dims6_add22_tir_sigmoid11_multiply17.tsched",
+     "depthwise"),
+    (f"{E}/fused_conv2d25_subtract11_divide11_expand_dims8_multiply28_expand_dims8_add30_tir_sigmoid15_multiply29.tsched",
+     "depthwise"),
+    (f"{E}/fused_conv2d39_subtract16_divide16_expand_dims12_multiply41_expand_dims12_add45_tir_sigmoid22_multiply42.tsched",
+     "depthwise"),
+    (f"{E}/mean.tsched", "reduction"),
+    (f"{L}/matmul.tsched", "matmul"),
+    (f"{L}/matmul1.tsched", "matmul"),
+    (f"{L}/matmul2.tsched", "matmul"),
+    (f"{L}/matmul3.tsched", "matmul"),
+    (f"{L}/fused_softmax_broadcast_to2.tsched", "softmax"),
+    (f"{L}/fused_mean_add1_tir_rsqrt_multiply2_multiply3.tsched", "norm"),
+    (f"{L}/fused_reshape7_tir_sigmoid_multiply6_reshape7_multiply6_reshape8.tsched", "elementwise"),
+    (f"{L}/fused_reshape1_reshape3_transpose1_multiply4_strided_slice3_strided_slice4_tir_negative_concatenate2_"
+     f"multiply4_add2_broadcast_to2_reshape4.tsched", "elementwise"),
+    (f"{L}/fused_reshape1_add4.tsched", "elementwise"),
+]
+TRAINING_MODELS = ("resnet50", "mobilenetv2", "bert-base", "gpt2")
+
+
+# ------------------------------------------------------------------ PyTorch (run in the runner)
+def torch_kernel(inputs, outputs, kind: str, threads: int | None = None):
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    xs = [torch.from_numpy(v) for v in inputs.values()]
+    name = outputs[0][0]
+    if kind == "matmul":
+        f = lambda: torch.matmul(xs[0], xs[1])  # noqa: E731
+    elif kind == "softmax":
+        f = lambda: torch.softmax(xs[0], dim=-1)  # noqa: E731
+    else:
+        raise ValueError(f"no PyTorch equivalent for {kind}")
+
+    def run():
+        with torch.inference_mode():
+            return {name: f().numpy()}
+    return run
+
+
+def torch_kind(op) -> str | None:
+    """'matmul' / 'softmax' when the operator is exactly that (checked against the reference anyway)."""
+    stages = op.ast.stages
+    if len(stages) == 1 and stages[0].op == "+=" and len(op.ast.inputs) == 2 and "*" in str(stages[0].rhs):
+        return "matmul"
+    if op.name.startswith("fused_softmax"):
+        return "softmax"
+    return None
+
+
+# ------------------------------------------------------------------ tasks
+def indist_tasks(limit: int) -> list[tuple[str, str]]:
+    """Validation tasks of the training models, one per kind of operator name first, up to `limit`."""
+    from tensorlang import api
+    from tensorlang.data.collect import op_hash
+    from tensorlang.lm.data import is_validation
+    found = []
+    for m in TRAINING_MODELS:
+        for f in sorted((ROOT / "data" / "workloads" / m).glob("*.tsched")):
+            doc = api.load(f)
+            for op in doc.model.ops.values():
+                if is_validation(op_hash(op)) and op.flops and op.flops > 1e6:
+                    found.append((str(f.relative_to(ROOT)), _kind(op.name)))
+    out, kinds = [], set()
+    for f, k in found:  # one of each kind first, then the rest
+        if k not in kinds:
+            kinds.add(k)
+            out.append((f, k))
+    out += [x for x in found if x not in out]
+    return out[:limit]
+
+
+def _kind(name: str) -> str:
+    for k in ("conv2d", "matmul", "softmax", "layer_norm", "mean", "pool", "gelu", "add"):
+        if k in name:
+            return k
+    return "other"
+
+
+# ------------------------------------------------------------------ phase 1: schedules
+class Cache:
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {}
+
+    def get(self, key):
+        return self.data.get(key)
+
+    def put(self, key, value):
+        self.data[key] = value
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+def _text(stmts) -> str:
+    from tensorlang.space.render import statements_text
+    return statements_text(stmts)
+
+
+def ms_schedule(space, trials: int, seed: int = 0) -> dict:
+    """MetaSchedule with `trials` trials: its best schedule's statements, tuning time, best-so-far curve."""
+    from tensorlang.baselines.metaschedule import tune_records
+    from tensorlang.bench.lock import measure_lock
+    from tensorlang.space import metaschedule as msx
+    from tensorlang.space.convert import trace_to_statements
+    history: list = []
+    t0 = time.perf_counter()
+    with measure_lock():  # it times kernels
+        found = tune_records(space.mod, space.tvm_target, msx.rule_kind(space.target), trials, 1, seed=seed,
+                             history=history)
+    tune_s = time.perf_counter() - t0
+    if not found:
+        return {"error": f"no valid schedule in {trials} trials", "generation_s": tune_s}
+    sch, run_s = found[0]
+    stmts, _ = trace_to_statements(sch.trace, space.mod, space.op)
+    best, curve = math.inf, []
+    for x in history:
+        best = min(best, x) if x is not None else best
+        curve.append(None if best == math.inf else best)
+    return {"schedule_text": _text(stmts), "generation_s": tune_s, "ms_run_s": run_s, "ms_curve_s": curve}
+
+
+def generate_all(tasks, policies, cache: Cache, gens: dict, trials: int, say) -> None:
+    from tensorlang import api
+    from tensorlang.lm.generate import fastest
+    from tensorlang.space.space import Space
+    for file, kind in tasks:
+        doc = api.load(ROOT / file)
+        for name, op in doc.model.ops.items():
+            space = None
+            for pol in policies:
+                key = f"{file}:{name}|{pol}"
+                if cache.get(key) is not None or pol in ("default", "torch"):
+                    continue
+                space = space or Space(op, doc.primfunc(name), doc.model.targets["llvm"])
+                say(f"{Path(file).stem[:48]}: {pol}")
+                try:
+                    t0 = time.perf_counter()
+                    if pol in gens:  # a model, greedy
+                        out = gens[pol].generate(space)
+                        entry = {"schedule_text": out.schedule_text, "generation_s": time.perf_counter() - t0,
+                                 "decode_s": out.seconds.get("decode"), "finish_s": out.seconds.get("finish")}
+                    elif pol == "tlm:8":
+                        outs = gens["tlm"].sample(space, 8, seed=0)
+                        best, results = fastest(outs, op, doc.model.targets["llvm"], repeat=2)
+                        entry = ({"error": "no candidate ran correctly"} if best is None else
+                                 {"schedule_text": best.schedule_text, "candidates": len(outs),
+                                  "candidates_ok": sum(r.status == "ok" for r in results)})
+                        entry["generation_s"] = time.perf_counter() - t0
+                    elif pol == "roller":
+                        from tensorlang.baselines.roller import roller_point
+                        entry = {"schedule_text": _text(roller_point(space).stmts)}
+                        entry["generation_s"] = time.perf_counter() - t0
+                    elif pol == "random":
+                        points, _ = space.sample(1, seed=0)
+                        entry = {"schedule_text": _text(points[0].stmts), "generation_s": time.perf_counter() - t0}
+                    elif pol.startswith("metaschedule:"):
+                        entry = ms_schedule(space, int(pol.split(":")[1]))
+                    else:
+                        raise ValueError(f"unknown policy {pol}")
+                except Exception as e:  # a row of the table, never the end of the run
+                    entry = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                entry["load"] = round(os.getloadavg()[0], 2)
+                cache.put(key, entry)
+
+
+# ------------------------------------------------------------------ phase 2: measurement
+def measure_set(tasks, policies, cache: Cache, repeat: int, say) -> list[dict]:
+    from tensorlang import api
+    from tensorlang.bench import Candidate, PythonKernel, measure_candidates
+    from tensorlang.bench.command import generate_candidate
+    from tensorlang.lower.targets import host_cores
+    threads = host_cores()
+    cands, meta = [], []
+    for file, kind in tasks:
+        doc = api.load(ROOT / file)
+        target = doc.model.targets["llvm"]
+        for name, op in doc.model.ops.items():
+            for pol in policies:
+                row = {"task": f"{file}:{name}", "kind": kind, "policy": pol, "flops": op.flops}
+                if pol == "torch":
+                    tk = torch_kind(op)
+                    if tk is None:
+                        continue
+                    c = Candidate(f"{name}/torch", op, target, PythonKernel(f"{Path(__file__).resolve()}:torch_kernel",
+                                                                             {"kind": tk, "threads": threads}))
+                elif pol == "default":
+                    t0 = time.perf_counter()
+                    c, _, _, msgs = generate_candidate(doc, name, "llvm", "default")
+                    row["generation_s"] = time.perf_counter() - t0
+                    if c is None:
+                        row.update(status="no-schedule", message="; ".join(msgs)[:200])
+                        meta.append((None, row))
+                        continue
+                else:
+                    entry = cache.get(f"{file}:{name}|{pol}") or {"error": "not generated"}
+                    row.update({k: v for k, v in entry.items() if k != "schedule_text"})
+                    row["schedule_text"] = entry.get("schedule_text")
+                    if entry.get("schedule_text") is None:
+                        row.update(status="no-schedule", message=entry.get("error"))
+                        meta.append((None, row))
+                        continue
+                    c = Candidate(f"{name}/{pol}", op, target, entry["schedule_text"])
+                cands.append(c)
+                meta.append((c, row))
+    say(f"measuring {len(cands)} candidates side by side, {repeat} rounds, {threads} threads")
+    results = measure_candidates(cands, repeat=repeat, timeout_s=60, threads=threads, min_repeat_ms=50,
+                                 progress=say)
+    by = {id(c): r for c, r in zip(cands, results)}
+    rows = []
+    for c, row in meta:
+        if c is not None:
+            r = by[id(c)]
+            row.update(status=r.status, message=r.message[:200] if r.message else "", median_s=r.median_s,
+                       min_s=r.min_s, correct=r.status == "ok")
+        rows.append(row)
+    return rows, results
+
+
+# ------------------------------------------------------------------ report
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def summarize(rows: list[dict], policies: list[str], base: str = "tlm") -> dict:
+    by_task: dict = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("median_s"):
+            by_task.setdefault(r["task"], {})[r["policy"]] = r["median_s"]
+    out = {}
+    for p in policies:
+        for q in policies:
+            if p == q:
+                continue
+            ratios = [t[q] / t[p] for t in by_task.values() if p in t and q in t]  # throughput p / q
+            if ratios:
+                out.setdefault(p, {})[q] = {"geomean": round(geomean(ratios), 3), "tasks": len(ratios),
+                                            "wins": sum(x > 1 for x in ratios)}
+    gen = {}
+    for p in policies:
+        xs = sorted(r["generation_s"] for r in rows if r["policy"] == p and r.get("generation_s") is not None)
+        if xs:
+            gen[p] = {"median_s": round(xs[len(xs) // 2], 4), "p95_s": round(xs[min(len(xs) - 1, int(0.95 * len(xs)))], 4),
+                      "total_s": round(sum(xs), 1)}
+    legal = {p: {"schedules": sum(1 for r in rows if r["policy"] == p and r.get("status") != "no-schedule"),
+                 "tasks": sum(1 for r in rows if r["policy"] == p),
+                 "correct": sum(1 for r in rows if r["policy"] == p and r.get("status") == "ok")} for p in policies}
+    return {"throughput_ratio": out, "schedule_time": gen, "legal_correct": legal}
+
+
+def ms_trials_to_match(rows: list[dict], cache_rows: dict, trials_pol: str) -> list[dict]:
+    """Per task: MetaSchedule's best-so-far curve (its own runner's figures), scaled to this run's figure for
+    MetaSchedule's final schedule, against one-pass tlm's figure: the first trial count that matches it."""
+    out = []
+    by_task: dict = {}
+    for r in rows:
+        by_task.setdefault(r["task"], {})[r["policy"]] = r
+    for task, pols in by_task.items():
+        ms, tlm = pols.get(trials_pol), pols.get("tlm")
+        if not ms or not tlm or ms.get("status") != "ok" or tlm.get("status") != "ok":
+            continue
+        curve, ms_run = ms.get("ms_curve_s"), ms.get("ms_run_s")
+        if not curve or not ms_run:
+            continue
+        scale = ms["median_s"] / ms_run
+        match = next((n + 1 for n, x in enumerate(curve) if x is not None and x * scale <= tlm["median_s"]), None)
+        out.append({"task": task, "trials_to_match_tlm": match, "trials": len(curve)})
+    return out
+
+
+def plot(report: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        return
+    sets = [s for s in report["sets"] if report["sets"][s]["rows"]]
+    fig, axes = plt.subplots(1, len(sets) + 1, figsize=(6 * (len(sets) + 1), 4.5))
+    axes = list(axes) if hasattr(axes, "__len__") else [axes]
+    for ax, s in zip(axes, sets):
+        ratios = report["sets"][s]["summary"]["throughput_ratio"].get("tlm", {})
+        names = sorted(ratios)
+        ax.barh(names, [1 / ratios[n]["geomean"] for n in names])
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_xlabel("geomean throughput / tlm's (one pass)")
+        ax.set_title(f"{s}: {report['sets'][s]['tasks']} tasks")
+    ax = axes[-1]
+    for s in sets:
+        for m in report["sets"][s].get("time_to_quality", []):
+            if m["trials_to_match_tlm"]:
+                ax.scatter([m["trials_to_match_tlm"]], [s], color="C1")
+        n_none = sum(1 for m in report["sets"][s].get("time_to_quality", []) if not m["trials_to_match_tlm"])
+        if n_none:
+            ax.annotate(f"{n_none} never matched", (1, s))
+    ax.set_xlabel("MetaSchedule trials to match one-pass tlm")
+    fig.suptitle(f"tensorlang TLM vs baselines on {report['machine'].get('llvm_mcpu', '?')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def cold_cli(file: str, op: str, policy: str) -> dict:
+    """`tensorlang lower --emit so` of one @auto op in a fresh process: wall time and peak memory."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "op.tsched"
+        f.write_text((ROOT / file).read_text())
+        t0 = time.perf_counter()
+        p = subprocess.run([str(ROOT / ".venv/bin/tensorlang"), "lower", str(f), "--target", "llvm", "--op", op,
+                            "--emit", "so", "-o", str(Path(d) / "op.so"), "--policy", policy],
+                           capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - t0
+    return {"policy": policy, "task": f"{file}:{op}", "seconds": round(wall, 2), "rc": p.returncode,
+            "stderr": p.stderr[-300:], "peak_rss_mb_children": round(
+                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", action="append", choices=("heldout", "indist"))
+    ap.add_argument("--model", help="the model (default: the shipped checkpoint)")
+    ap.add_argument("--ablation", help="a best-record-only fine-tuned model of the same pre-training")
+    ap.add_argument("--trials", type=int, action="append", help="MetaSchedule trials (default 64)")
+    ap.add_argument("--skip-ms", action="store_true", help="no MetaSchedule (e.g. a quick run)")
+    ap.add_argument("--ms-sets", default="heldout", help="the task sets MetaSchedule runs on (comma-separated; "
+                    "default heldout: 64 trials take 1-2 min a task on 2 cores)")
+    ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--limit", type=int, help="only the first N tasks of each set (a quick check)")
+    ap.add_argument("--cache", default=str(CACHE))
+    ap.add_argument("--out", default=str(RESULTS / "tlm.json"))
+    args = ap.parse_args(argv)
+    sets = args.set or ["heldout", "indist"]
+    say = lambda m: print(f"tlm-bench: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    started = time.time()
+
+    t0 = time.perf_counter()
+    import torch  # noqa: F401
+    import_torch_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    import transformers  # noqa: F401
+    import_transformers_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    import tvm  # noqa: F401
+    import_tvm_s = time.perf_counter() - t0
+    from tensorlang.lm import model as M
+    from tensorlang.lm.generate import Generator
+    from tensorlang.machine import describe, host
+
+    gens = {"tlm": Generator(args.model)}
+    load = {"tlm": gens["tlm"].load_s, "tlm_again": Generator(args.model).load_s}
+    model_dir = Path(args.model or M.DEFAULT_DIR)
+    size = gens["tlm"].card.get("size")
+    untrained = Path(tempfile.mkdtemp(prefix="tlm-untrained-"))
+    M.save(M.build(size, seed=0), untrained, {"size": size, "stages": [], "note": "random initialisation"})
+    gens["tlm-untrained"] = Generator(untrained)
+    if args.ablation:
+        gens["tlm-best-only"] = Generator(args.ablation)
+    trials = args.trials or [64]
+    policies = (["tlm", "tlm:8"] + [p for p in ("tlm-best-only", "tlm-untrained") if p in gens]
+                + ["random", "roller", "default"] + ([] if args.skip_ms else [f"metaschedule:{n}" for n in trials])
+                + ["torch"])
+    cache = Cache(Path(args.cache))
+    # model identity in the cache keys: another model's schedules are not reused
+    for p in ("tlm", "tlm:8", "tlm-best-only"):
+        if p in policies and p.split(":")[0] in gens or p == "tlm:8":
+            g = gens["tlm" if p == "tlm:8" else p]
+            stamp = cache.get(f"model|{p}")
+            if stamp != g.name:
+                cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
+                cache.put(f"model|{p}", g.name)
+    report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
+              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": describe(host().cores), "model": gens["tlm"].name, "model_dir": str(model_dir),
+              "ablation": gens["tlm-best-only"].name if "tlm-best-only" in gens else None,
+              "imports_s": {"torch": round(import_torch_s, 2), "transformers": round(import_transformers_s, 2),
+                            "tvm": round(import_tvm_s, 2)},
+              "model_load_s": {k: round(v, 3) for k, v in load.items()}, "policies": policies, "sets": {}}
+    for s in sets:
+        tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
+        say(f"{s}: {len(tasks)} tasks; phase 1 (schedules, cached in {os.path.relpath(args.cache, ROOT)})")
+        generate_all(tasks, [p for p in policies if p != "torch" and (s in args.ms_sets.split(",") or
+                                                                     not p.startswith("metaschedule"))],
+                     cache, gens, trials[0], say)
+    for s in sets:
+        tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
+        rows, results = measure_set(tasks, policies, cache, args.repeat, say)
+        from tensorlang.bench.command import conditions
+        report["sets"][s] = {"tasks": len(tasks), "rows": rows, "summary": summarize(rows, policies),
+                             "time_to_quality": ms_trials_to_match(rows, {}, f"metaschedule:{trials[0]}")
+                             if not args.skip_ms else [], "conditions": conditions(results)}
+    report["cold_cli"] = [cold_cli(HELDOUT[13][0], "matmul", p) for p in ("tlm", "roller")]
+    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    report["duration_s"] = round(time.time() - started, 1)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    plot(report, Path(args.out).with_suffix(".png"))
+    print(format_report(report))
+    return 0
+
+
+def format_report(report: dict) -> str:
+    lines = [f"tlm benchmark: model {report['model']} on {report['machine'].get('llvm_mcpu')} "
+             f"({report['machine'].get('usable_cpus', '?')} cores); {report['command']}"]
+    for s, v in report["sets"].items():
+        lines.append(f"\n== {s}: {v['tasks']} tasks (median latency, ms; x = no schedule / not correct)")
+        pols = [p for p in report["policies"] if any(r["policy"] == p for r in v["rows"])]
+        lines.append(f"{'task':46s} " + " ".join(f"{p[:13]:>13s}" for p in pols))
+        by: dict = {}
+        for r in v["rows"]:
+            by.setdefault(r["task"], {})[r["policy"]] = r
+        for t, ps in by.items():
+            cells = []
+            for p in pols:
+                r = ps.get(p)
+                cells.append(f"{'':>13s}" if r is None else f"{r['median_s'] * 1e3:13.4f}" if r.get("status") == "ok"
+                             and r.get("median_s") else f"{'x ' + str(r.get('status'))[:11]:>13s}")
+            lines.append(f"{Path(t.split(':')[0]).stem[:46]:46s} " + " ".join(cells))
+        tr = v["summary"]["throughput_ratio"].get("tlm", {})
+        lines.append("geomean throughput of tlm over: " + ", ".join(
+            f"{q} {x['geomean']:.2f}x ({x['wins']}/{x['tasks']} wins)" for q, x in tr.items()))
+        t8 = v["summary"]["throughput_ratio"].get("tlm:8", {})
+        lines.append("geomean throughput of tlm:8 over: " + ", ".join(
+            f"{q} {x['geomean']:.2f}x" for q, x in t8.items()))
+        lines.append("schedule time per task (median / p95 / total s): " + ", ".join(
+            f"{p} {x['median_s']:.3f}/{x['p95_s']:.3f}/{x['total_s']:.0f}" for p, x in v["summary"]["schedule_time"].items()))
+        lines.append("legal / correct: " + ", ".join(
+            f"{p} {x['schedules']}/{x['tasks']} legal, {x['correct']} correct"
+            for p, x in v["summary"]["legal_correct"].items()))
+        ttq = v.get("time_to_quality") or []
+        if ttq:
+            m = sorted(x["trials_to_match_tlm"] or 10 ** 9 for x in ttq)
+            lines.append(f"MetaSchedule trials to match one-pass tlm: median "
+                         f"{m[len(m) // 2] if m[len(m) // 2] < 10 ** 9 else 'never'}, never in "
+                         f"{sum(1 for x in ttq if not x['trials_to_match_tlm'])} of {len(ttq)} tasks")
+    lines.append(f"\nimports (s): {report['imports_s']}; model load (s): {report['model_load_s']}; "
+                 f"peak RSS {report['peak_rss_mb']} MB")
+    for c in report.get("cold_cli", []):
+        lines.append(f"cold CLI lower --emit so ({c['policy']}, {Path(c['task'].split(':')[0]).stem}): {c['seconds']} s "
+                     f"(rc {c['rc']})")
+    lines.append(f"host: {report['machine'].get('llvm_mcpu')} ({report['machine'].get('cpu')})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
