@@ -17,8 +17,10 @@ outputs are compared with PyTorch eager's (compile.TOLERANCE) before it is timed
 reported and its latency kept out of the speed-ups.
 
 Timing: under the machine-wide measurement lock, `--repeats` rounds; in each round every runner is
-called once after the others (interleaved, so drift hits all alike); the median per runner is the
-latency. Each executable is also profiled (network/profile.py) to give the share of its latency spent
+called once after the others (interleaved, so drift hits all alike), each call after a 50 ms pause (so
+that the previous runner's idle worker threads -- TVM's pool and PyTorch's OpenMP threads both spin
+for a while after a parallel region -- have stopped competing for the cores); the median per runner is
+the latency. Each executable is also profiled (network/profile.py) to give the share of its latency spent
 in subgraphs that fell back to `default` -- never hidden.
 """
 from __future__ import annotations
@@ -50,7 +52,6 @@ def build_metaschedule(model: str, trials: int, out: Path, batch=1, seq=None, sm
     from tensorlang.baselines.metaschedule import builder
     from tensorlang.machine import describe, host_line, usable_cores
     from tensorlang.network import compile as C
-    from tensorlang.space.metaschedule import _without_tensor_intrinsics
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     t0 = time.time()
     prep = C.prepare(model, batch, seq, small, image, "llvm", log)
@@ -59,14 +60,16 @@ def build_metaschedule(model: str, trials: int, out: Path, batch=1, seq=None, sm
     t_prep = time.time()
     work = Path(tempfile.mkdtemp(prefix="ms-relax-", dir=str(out.parent)))
     log(f"{model}: metaschedule:{trials}: tune_relax, {len(prep.tasks)} tasks x {trials} trials (work dir {work})")
-    with _without_tensor_intrinsics():
-        db = ms.relax_integration.tune_relax(
-            mod=prep.mod, params={}, target=target, work_dir=str(work),
-            max_trials_global=trials * len(prep.tasks), max_trials_per_task=trials,
-            num_trials_per_iter=min(64, trials), builder=builder(str(work), usable_cores()),
-            runner=ms.runner.LocalRunner(), seed=0)
-        t_tune = time.time()
-        ex = ms.relax_integration.compile_relax(db, prep.mod, target, params=None)
+    # TVM's own rules for this CPU may tensorize (VNNI dot products): the intrinsics must be registered here
+    # (the ~22 s import is part of its tuning time); the builder's workers do not need them.
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    db = ms.relax_integration.tune_relax(
+        mod=prep.mod, params={}, target=target, work_dir=str(work),
+        max_trials_global=trials * len(prep.tasks), max_trials_per_task=trials,
+        num_trials_per_iter=min(64, trials), builder=builder(str(work), usable_cores()),
+        runner=ms.runner.LocalRunner(), seed=0)
+    t_tune = time.time()
+    ex = ms.relax_integration.compile_relax(db, prep.mod, target, params=None)
     t_build = time.time()
     tuned = set()
     for task in prep.tasks:
@@ -138,12 +141,9 @@ def _torch_runners(model: str, batch, seq, small, image, inputs) -> tuple[dict, 
 
 
 def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False, image=None, repeats: int = 30,
-                threads: int | None = None, workdir: str | Path | None = None, log=None) -> dict:
-    import contextlib
-
+                threads: int | None = None, workdir: str | Path | None = None, log=None, gap_s: float = 0.05) -> dict:
     from tensorlang.bench.lock import measure_lock
     from tensorlang.machine import describe, host_line, usable_cores
-    from tensorlang.network import compile as C
     from tensorlang.network import profile as P
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     threads = threads or usable_cores()
@@ -158,9 +158,7 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
         manifests[pol] = build_policy(model, pol, out, batch, seq, small, image)
         import gc
         gc.collect()
-    # runners
-    import numpy as np
-    from tensorlang.network.compile import compare_outputs, flatten_tvm, load_built, torch_outputs
+    from tensorlang.network.compile import compare_outputs, flatten_tvm, load_built
     runners, checks, profiles = {}, {}, {}
     first = work / f"{tag}-{policies[0].replace(':', '')}.so"
     _, _, _, inputs = load_built(first)
@@ -184,6 +182,7 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
             runners[n]()
         for _ in range(repeats):
             for n in names:
+                time.sleep(gap_s)  # the last runner's worker threads stop spinning (TVM's pool, OpenMP's)
                 t0 = time.perf_counter()
                 runners[n]()
                 times[n].append(time.perf_counter() - t0)
