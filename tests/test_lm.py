@@ -418,3 +418,46 @@ def test_generate_writes_a_metaschedule_database_tvm_compiles(tiny, tmp_path, mo
     assert cli.main(["generate", str(f), "--target", "gpu", "--op", "mm", "--model", model, "--ms-database",
                      str(tmp_path / "db2")]) == 2 and not (tmp_path / "db2").exists()
     G._DEFAULT.clear()
+
+
+def test_editor_generation_keeps_what_is_written_and_names_the_model(tiny, monkeypatch):
+    """The language server's worker job: with statements already in the block, the model's schedule keeps
+    their decisions and starts with them (so the completion continues them); the model is named."""
+    from tensorlang.lm import generate as G
+    from tensorlang.lm import model as M
+    from tensorlang.lsp import worker as W
+    from tensorlang.parser import parse
+    monkeypatch.setattr(M, "DEFAULT_DIR", tiny[0] / "fine")
+    G._DEFAULT.clear()
+    doc, spaces = _spaces()
+    greedy = W.generate_schedule(doc, "mm", "cpu")
+    assert greedy["policy"] == "tlm" and greedy["model"].startswith("tlm-2x64 v2+")
+    lines = greedy["schedule_text"].splitlines()
+    k = next(n for n, line in enumerate(lines) if "split(C.j" in line)
+    factors = lines[k][lines[k].index("[") + 1:lines[k].index("]")]
+    other = next(c for c in ("1, 2, 4, 4", "2, 1, 4, 4", "1, 1, 2, 16", "2, 2, 2, 4") if c != factors)
+    written_lines = lines[:k] + [lines[k].replace(f"[{factors}]", f"[{other}]")]
+    m, _ = parse("schedule mm on cpu {\n" + "\n".join(written_lines) + "\n}\n")
+    got = W.generate_schedule(doc, "mm", "cpu", m.schedules[0].stmts)
+    assert got["ok"] and got["schedule_text"].splitlines()[:k + 1] == written_lines
+    G._DEFAULT.clear()
+
+
+def test_untuned_cpu_is_said_once(tiny, monkeypatch):
+    """TS410: a model whose fine-tuning saw no measurement from the target's CPU says so, once per process."""
+    from tensorlang.baselines import tlm as B
+    from tensorlang.lm import model as M
+    card = M.read_card(tiny[0] / "fine")
+    assert M.tuned_cpus(card) is None  # the fixture's records name no host: nothing is claimed
+    card = dict(card, stages=card["stages"] + [{"stage": "finetune", "hosts": {"znver4": 10}}])
+    monkeypatch.setattr(B, "_SAID", set())
+    doc, _ = _spaces()
+    op, target = doc.model.ops["mm"], doc.model.targets["cpu"]
+    from tensorlang.machine import target_cpu
+    notes = B.untuned_cpu_note(card, target, op)
+    if target_cpu(target.params).name == "znver4":
+        assert notes == []
+    else:
+        assert [n.code for n in notes] == ["TS410"] and "none from" in notes[0].message
+        assert B.untuned_cpu_note(card, target, op) == []  # once
+    assert B.untuned_cpu_note(card, doc.model.targets["gpu"], op) == []

@@ -59,4 +59,27 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, wri
     except (Infeasible, ValueError) as e:
         return Generated(None, "tlm", [error("TS406", f"policy tlm found no schedule for '{op.name}': {e}",
                                              op.ast.name_span)])
+    notes += untuned_cpu_note(gen.card, target, op)
     return Generated(best.point.mod, "tlm" if not samples else f"tlm:{samples}", notes, best.schedule_text)
+
+
+_SAID: set = set()  # (model, cpu) pairs already reported in this process
+
+
+def untuned_cpu_note(card: dict, target, op) -> list:
+    """Once per process and CPU: a warning when the model was fine-tuned on no measurement from the target's
+    CPU (its choices there are the other CPUs'; the CPU's features are in the prompt). GPU targets: the card's
+    own `gpu` line says it."""
+    from tensorlang.lm import model as M
+    from tensorlang.machine import target_cpu
+    cpus = M.tuned_cpus(card)
+    if target.is_gpu or cpus is None:
+        return []
+    cpu = target_cpu(target.params).name
+    if cpu in cpus or (M.version(card), cpu) in _SAID:
+        return []
+    _SAID.add((M.version(card), cpu))
+    return [warning("TS410", f"policy tlm: model {M.version(card)} was fine-tuned on measurements from "
+                             f"{', '.join(sorted(cpus))}, none from {cpu}: its schedules here are untuned; "
+                             f"`tensorlang collect ... --model DIR` on this CPU, then `tensorlang train --stage finetune "
+                             f"--init DIR`, adapt it", op.ast.name_span)]

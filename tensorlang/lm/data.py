@@ -210,6 +210,7 @@ def build(records: list[dict], quality: bool, heldout: HeldOut, *, max_tokens: i
     c = Corpus()
     tokens_train = tokens_val = skipped = 0
     tasks_train, tasks_val, heldout_tasks = set(), set(), set()
+    hosts: dict = {}  # the CPUs that timed the training records (measured records only)
     for n in order:
         r = kept[n]
         toks = sentence_tokens(r, quality)
@@ -226,6 +227,8 @@ def build(records: list[dict], quality: bool, heldout: HeldOut, *, max_tokens: i
         if max_tokens is not None and tokens_train + len(toks) > max_tokens:
             continue
         c.train.append(example(toks, ids))
+        if (r.get("host") or {}).get("cpu"):
+            hosts[r["host"]["cpu"]] = hosts.get(r["host"]["cpu"], 0) + 1
         tokens_train += len(toks)
         tasks_train.add(key)
         if r["task"] in heldout:
@@ -235,6 +238,7 @@ def build(records: list[dict], quality: bool, heldout: HeldOut, *, max_tokens: i
                                                                          for e in c.train),
                "validation_examples": len(c.validation), "validation_tokens": tokens_val,
                "validation_tasks": len(tasks_val), "heldout_tasks_in_training": len(heldout_tasks),
+               **({"hosts": dict(sorted(hosts.items()))} if hosts else {}),
                "skipped": skipped}
     return c
 

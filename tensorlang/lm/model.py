@@ -97,6 +97,14 @@ def version(card: dict) -> str:
     return f"tlm-{card.get('size', '?')} {card.get('version', 'v0')}+{card.get('weights_sha256', '')[:8]}"
 
 
+def tuned_cpus(card: dict) -> set[str] | None:
+    """The CPUs (LLVM names) whose measurements the model was fine-tuned on; None if the card does not say."""
+    stages = [s for s in card.get("stages", []) if s.get("stage") == "finetune"]
+    if not stages or not any("hosts" in s for s in stages):
+        return None
+    return {cpu for s in stages for cpu in s.get("hosts", {})}
+
+
 def load(path: str | Path | None = None, device: str = "cpu"):
     """(model, card) from a checkpoint directory (default: the shipped one), in eval mode, float32."""
     import torch
