@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -198,7 +197,8 @@ def op_text(prep: Prepared, sub: Subgraph, func, index: int, total: int, kind: s
 
 
 def with_schedule(text: str, op: str, target_name: str, schedule_text: str | None, comment: str) -> str:
-    from tensorlang.space.convert import render_schedule  # noqa: F401 (the same rendering as generate)
+    """The operator's text with the policy's statements as a `schedule` block (render_schedule's layout) after
+    a comment line; without statements, only the comment."""
     if schedule_text is None:
         return text + f"\n# {comment}\n"
     body = "".join(f"    {line}\n" for line in schedule_text.splitlines() if line.strip())
@@ -351,7 +351,6 @@ def schedule_all(prep: Prepared, policy: str, kind: str, schedules: str | Path |
                  progress: bool = True) -> tuple[object, list[Subgraph], dict[str, str]]:
     """Every subgraph scheduled: (the scheduled IRModule, the subgraphs, file name -> text)."""
     from tensorlang import api
-    from tensorlang import diagnostics as Dg
     from tensorlang.baselines import generate
     from tensorlang.machine import host
 
@@ -437,6 +436,10 @@ def schedule_all(prep: Prepared, policy: str, kind: str, schedules: str | Path |
                             scheduled = None
                     elif scheduled is not None and kind != "llvm":
                         sub.check = {"ok": None, "message": "not run: no GPU on this machine (compile only)"}
+                if sub.source == "fallback":  # the file says what was built: no schedule block, the reason
+                    file_text = with_schedule(texts[sub.key], tr.op.name, tname, None,
+                                              f"policy {policy}'s schedule was not used ({sub.fallback[:300]}); "
+                                              f"built with the default (DLight) schedule of the original PrimFunc")
                 files[sub.file] = file_text
         if scheduled is None:
             scheduled = default_schedule_original(original, kind)
