@@ -233,8 +233,6 @@ def format_table(rows: list[dict]) -> str:
 
 # ---------------------------------------------------------------- command
 def cmd_bench(args) -> int:
-    from tensorlang import api
-    from tensorlang import diagnostics as Dg
     from tensorlang.bench.harness import Result, measure_candidates
     from tensorlang.bench.lock import lock_path
     from tensorlang.machine import describe, recording_refused
@@ -244,28 +242,18 @@ def cmd_bench(args) -> int:
     if args.json and recording_refused():
         print(f"tensorlang bench: not writing {args.json}: {recording_refused()}", file=sys.stderr)
         return 2
+    from tensorlang.cli import _load, _ops, _stop_on_errors, _target  # the CLI's own messages and exit codes
     try:
-        doc = api.load(args.file)
-    except OSError as e:
-        print(f"tensorlang: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    if Dg.has_errors(doc.diagnostics):
-        for d in Dg.sort_diagnostics(doc.diagnostics):
-            print(d.format(doc.path), file=sys.stderr)
-        return 1
-    target = api.resolve_target(doc, args.target)
-    if target is None:
-        print(f"{doc.path}: error: TS107 unknown target '{args.target}'; targets: "
-              f"{Dg.one_of(sorted(doc.model.targets))}", file=sys.stderr)
-        return 2
-    if target.is_gpu:
-        print(f"tensorlang bench: target '{args.target}' is a GPU target; bench times kernels on this CPU",
-              file=sys.stderr)
-        return 2
-    if args.op is not None and args.op not in doc.model.ops:
-        print(f"{doc.path}: error: TS104 unknown operator '{args.op}'; operators: "
-              f"{Dg.one_of(list(doc.model.ops))}", file=sys.stderr)
-        return 2
+        doc = _load(args.file)
+        _stop_on_errors(doc)
+        target = _target(doc, args.target)
+        if target.is_gpu:
+            print(f"tensorlang bench: target '{args.target}' is a GPU target; bench times kernels on this CPU",
+                  file=sys.stderr)
+            return 2
+        _ops(doc, args.op)
+    except SystemExit as e:  # as the CLI reports it
+        return e.code if isinstance(e.code, int) else 2
     if args.repeat < 1:
         print("tensorlang bench: --repeat must be at least 1", file=sys.stderr)
         return 2

@@ -142,16 +142,8 @@ class Generator:
 
     @staticmethod
     def _push_forced(nt) -> list[str]:
-        """Push every token that has a single legal choice from here (NextTokens.forced(), without the fork)."""
-        pushed = []
-        while not nt.done:
-            allowed = nt.allowed()
-            if len(allowed) != 1:
-                break
-            tok = next(iter(allowed))
-            nt.push(tok)
-            pushed.append(tok)
-        return pushed
+        from tensorlang.space.sentence import push_forced
+        return push_forced(nt)
 
     def _decode(self, nt, past, logits, choose) -> tuple[list, int, int, int]:
         import torch

@@ -715,16 +715,12 @@ class ConstrainedTokens:
         self.inner.push(tok)
 
     def forced(self) -> list[str]:
-        probe, out = self.fork(), []
-        while not probe.done:
-            allowed = probe.allowed()
-            if len(allowed) != 1:
-                break
-            tok = next(iter(allowed))
-            out.append(tok)
-            probe.push(tok)
-        probe.close()
-        return out
+        from tensorlang.space.sentence import push_forced
+        probe = self.fork()
+        try:
+            return push_forced(probe)
+        finally:
+            probe.close()
 
     def fork(self) -> "ConstrainedTokens":
         return ConstrainedTokens(self.space, self.cons, _inner=self.inner.fork())

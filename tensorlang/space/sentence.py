@@ -783,6 +783,20 @@ def decode(space: Space, tokens: list[str]) -> tuple[int, tuple]:
     return decode_schedule(space, tokens[len(want):])
 
 
+def push_forced(decoder) -> list[str]:
+    """Push every token that has a single legal choice from the decoder's state (a NextTokens, or anything
+    with its `done` / `allowed()` / `push()`: the constrained decoder too); the tokens pushed, in order."""
+    pushed = []
+    while not decoder.done:
+        allowed = decoder.allowed()
+        if len(allowed) != 1:
+            break
+        tok = next(iter(allowed))
+        decoder.push(tok)
+        pushed.append(tok)
+    return pushed
+
+
 def decode_schedule(space: Space, tokens: list[str]) -> tuple[int, tuple]:
     """(sketch, decisions) of a sentence's schedule part (from SKETCH on) in this space, whatever its prompt
     says (a corpus check replays sentences sampled on another host against this one's space)."""
@@ -1048,17 +1062,12 @@ class NextTokens:
 
     def forced(self) -> list[str]:
         """The tokens that have a single legal choice from here, in order (a decoder feeds them in one step;
-        a compute-at site may need the replay to know)."""
-        probe, out = self.fork(), []
-        while probe._phase in ("SKETCH", "DECISIONS", "HEAD", "CHOOSE", "EOS", "WAIT"):
-            allowed = probe.allowed()
-            if len(allowed) != 1:
-                break
-            tok = next(iter(allowed))
-            out.append(tok)
-            probe.push(tok)
-        probe.close()
-        return out
+        a compute-at site may need the replay to know). This state is left as it is (a fork is probed)."""
+        probe = self.fork()
+        try:
+            return push_forced(probe)
+        finally:
+            probe.close()
 
     def push(self, tok: str) -> None:
         if tok not in self.allowed():
