@@ -5,7 +5,7 @@
 
 For each model -- BERT-base (seq 128) and ResNet-50 (batch 1), the configs of `tensorlang extract` -- one
 `tensorlang bench-model` run (tensorlang/network/bench.py), in its own process, one model after the other
-(each needs several GB): every policy's executable built (tlm, roller, default: compile-model; metaschedule:N:
+(each needs several GB; `--reuse MODEL` combines the JSON a separate run of that model wrote): every policy's executable built (tlm, roller, default: compile-model; metaschedule:N:
 TVM's tune_relax with N trials per task + compile_relax), its outputs checked against PyTorch eager, then all
 of them and PyTorch eager (and torch.compile where it works) timed in interleaved rounds under the
 machine-wide measurement lock (the real one: this script never sets TENSORLANG_MEASURE_LOCK). Each model's
@@ -76,16 +76,23 @@ def plot(results: dict, path: Path) -> str | None:
     except ImportError:
         return "matplotlib is not installed: no plot"
     models = [m for m in results if results[m]]
+    names: list[str] = []  # every runner, in order of appearance: one colour and one slot each
+    for m in models:
+        names += [r["runner"] for r in results[m]["rows"] if r["runner"] not in names]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, key, title, unit in ((axes[0], "median_ms", "end-to-end latency (median)", "ms"),
                                  (axes[1], "schedule_s", "schedule time (generation/tuning + compile)", "s")):
-        width = 0.8 / max(1, max(len(results[m]["rows"]) for m in models))
+        width = 0.8 / max(1, len(names))
+        labelled = set()
         for i, m in enumerate(models):
-            for j, r in enumerate(results[m]["rows"]):
+            for r in results[m]["rows"]:
                 v = r.get(key)
                 if v is None:
                     continue
-                ax.bar(i + j * width, v, width, label=r["runner"] if i == 0 else None, color=f"C{j}")
+                j = names.index(r["runner"])
+                ax.bar(i + j * width, v, width, color=f"C{j}",
+                       label=r["runner"] if r["runner"] not in labelled else None)
+                labelled.add(r["runner"])
                 ax.text(i + j * width, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7, rotation=90)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(models))], models)
         ax.set_yscale("log")
@@ -106,6 +113,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--small", action="store_true", help="the small configs (a quick check of this script)")
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--reuse", action="append", default=[], choices=list(MODELS),
+                   help="do not run MODEL: combine its JSON of an earlier run (whole_models_<model>.json)")
     args = p.parse_args(argv)
     if os.environ.get("TENSORLANG_MEASURE_LOCK"):
         print(f"benchmarks/whole_models.py: warning: TENSORLANG_MEASURE_LOCK={os.environ['TENSORLANG_MEASURE_LOCK']}: "
@@ -123,6 +132,10 @@ def main(argv=None) -> int:
     results = {}
     for m in args.models:
         per = out.with_name(f"{out.stem}_{m}{'-small' if args.small else ''}.json")
+        if m in args.reuse:
+            results[m] = json.loads(per.read_text()) if per.exists() else None
+            log(f"{m}: reused {per}" if results[m] else f"{m}: no {per} to reuse")
+            continue
         results[m] = run_model(m, policies, args.repeats, args.small, per, workdir, log)
     from tensorlang.machine import describe, host_line
     combined = {
@@ -130,7 +143,7 @@ def main(argv=None) -> int:
         "started": started, "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": host_line(), "machine": describe(), "policies": policies,
         "measure_lock": os.environ.get("TENSORLANG_MEASURE_LOCK") or "machine-wide (/tmp/tensorlang-measure.lock)", "repeats": args.repeats,
-        "small": args.small, "models": {m: r for m, r in results.items()},
+        "small": args.small, "reused": args.reuse, "models": {m: r for m, r in results.items()},
         "ratios": {m: ratios(r) for m, r in results.items() if r},
         "missing": [m for m, r in results.items() if not r],
     }
