@@ -166,12 +166,13 @@ def schedule_state(op_model, schedule: A.Schedule, upto_line: int | None, resolv
 
 
 def generate_schedule(doc: api.Document, op: str, target: str, written: tuple = ()) -> dict:
-    """`tensorlang.baselines.generate("auto", doc.primfunc(op), op_model, target_model)`, as plain data.
+    """`tensorlang.baselines.generate(EDITOR_POLICY, doc.primfunc(op), op_model, target_model)`, as plain data.
     `written`: the statements already in the block (the model keeps their decisions). `schedule_text` is
     None when the policy cannot write its schedule as statements; `model` names the model that wrote it."""
     from tensorlang import baselines  # looked up at call time: tests replace baselines.generate
     args = (primfunc(doc, op), doc.model.ops[op], doc.model.targets[target])
-    gen = baselines.generate("auto", *args, written=tuple(written)) if written else baselines.generate("auto", *args)
+    gen = (baselines.generate(EDITOR_POLICY, *args, written=tuple(written)) if written
+           else baselines.generate(EDITOR_POLICY, *args))
     out = {"policy": gen.policy, "schedule_text": gen.schedule_text, "diagnostics": list(gen.diagnostics),
            "ok": gen.mod is not None, "model": None}
     if gen.policy.startswith("tlm"):
