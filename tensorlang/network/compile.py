@@ -588,7 +588,8 @@ def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str =
     if compare_torch and kind == "llvm":
         manifest["torch_check"] = compare_with_torch(ex, prep, model, batch, seq, small, image)
         c = manifest["torch_check"]
-        log(f"{model}: outputs against PyTorch eager: {'ok' if c['ok'] else 'MISMATCH'} (max abs err "
+        log(f"{model}: outputs against PyTorch eager: {'ok' if c['ok'] else 'MISMATCH'}"
+            f"{' (PyTorch outputs all zero: a weak check; the per-subgraph checks carry it)' if c.get('reference_all_zero') else ''} (max abs err "
             f"{c['max_abs_err']:.2e}, max rel err {c['max_rel_err']:.2e}; tolerance {c['tolerance']})")
     manifest["seconds"]["total"] = round(time.time() - t0, 2)
     if write:
@@ -679,8 +680,11 @@ def compare_outputs(ours: list, ref: list, tolerance=TOLERANCE) -> dict:
         scale = float(np.max(np.abs(b.astype(np.float64)))) if b.size else 0.0
         worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, err / scale if scale else err)
         ok = ok and err <= rtol * scale + atol
-    return {"ok": bool(ok), "outputs": len(ref), "max_abs_err": worst_abs, "max_rel_err": worst_rel,
-            "tolerance": f"max|ours - torch| <= {rtol:g} * max|torch| + {atol:g} per output"}
+    out = {"ok": bool(ok), "outputs": len(ref), "max_abs_err": worst_abs, "max_rel_err": worst_rel,
+           "tolerance": f"max|ours - torch| <= {rtol:g} * max|torch| + {atol:g} per output"}
+    if ref and all(not np.any(b) for b in ref):  # say it: agreeing with all-zero outputs shows little
+        out["reference_all_zero"] = True
+    return out
 
 
 def compare_with_torch(ex, prep: Prepared, model, batch, seq, small, image) -> dict:
