@@ -229,7 +229,7 @@ class _Clock:
         estimate = now - self.t0 + spent * (total - done) / done
         if estimate > self.limit:
             raise ReferenceUnavailable(TOO_SLOW, (
-                f"the NumPy reference would take about {estimate:.{1 if estimate < 10 else 0}f} s (stage {st.tensor}: {done} of its {total} "
+                f"the NumPy reference would take about {estimate:.{2 if estimate < 1 else 1 if estimate < 10 else 0}f} s (stage {st.tensor}: {done} of its {total} "
                 f"chunks in {spent:.1f} s), more than the {self.limit:g} s it may take: set "
                 f"TENSORLANG_REFERENCE_SECONDS to allow longer (0: no limit), or check a smaller shape"))
 

@@ -150,7 +150,7 @@ def test_a_reference_over_its_time_limit_says_so_with_its_estimate(c3d, monkeypa
     assert e.code == "TS408" and str(e).startswith("TS408 the NumPy reference would take about")
     assert "more than the 0.3 s it may take" in e.message and "TENSORLANG_REFERENCE_SECONDS" in e.message
     estimate = float(e.message.split("about ")[1].split(" s")[0])
-    assert estimate > 0.3
+    assert estimate >= 0.3  # over the limit (printed rounded: 0.30 when it was 0.301)
 
 
 def test_a_reference_larger_than_memory_is_refused_up_front(monkeypatch):
