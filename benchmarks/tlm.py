@@ -198,7 +198,7 @@ def spread(tasks: list, n: int | None) -> list:
     return out
 
 
-def generate_all(tasks, policies, cache: Cache, gens: dict, trials: int, say, ms_tasks=frozenset()) -> None:
+def generate_all(tasks, policies, cache: Cache, gens: dict, say, ms_tasks=frozenset()) -> None:
     """Phase 1: every policy's schedule of every task (MetaSchedule on `ms_tasks` only), cached."""
     from tensorlang import api
     from tensorlang.lm.generate import fastest
@@ -330,7 +330,7 @@ def summarize(rows: list[dict], policies: list[str], base: str = "tlm") -> dict:
     return {"throughput_ratio": out, "schedule_time": gen, "legal_correct": legal}
 
 
-def ms_trials_to_match(rows: list[dict], cache_rows: dict, trials_pol: str) -> list[dict]:
+def ms_trials_to_match(rows: list[dict], trials_pol: str) -> list[dict]:
     """Per task: MetaSchedule's best-so-far curve (its own runner's figures), scaled to this run's figure for
     MetaSchedule's final schedule, against one-pass tlm's figure: the first trial count that matches it."""
     out = []
@@ -446,13 +446,10 @@ def main(argv=None) -> int:
                 + ["torch"])
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
-    for p in ("tlm", "tlm:8", "tlm-best-only"):
-        if p in policies and p.split(":")[0] in gens or p == "tlm:8":
-            g = gens["tlm" if p == "tlm:8" else p]
-            stamp = cache.get(f"model|{p}")
-            if stamp != g.name:
-                cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
-                cache.put(f"model|{p}", g.name)
+    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), ("tlm-best-only", gens.get("tlm-best-only"))):
+        if g is not None and cache.get(f"model|{p}") != g.name:
+            cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
+            cache.put(f"model|{p}", g.name)
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "model": gens["tlm"].name, "model_dir": str(model_dir),
@@ -464,14 +461,14 @@ def main(argv=None) -> int:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
         say(f"{s}: {len(tasks)} tasks; phase 1 (schedules, cached in {os.path.relpath(args.cache, ROOT)})")
         ms_tasks = set(map(tuple, spread(tasks, args.ms_tasks))) if s in args.ms_sets.split(",") else set()
-        generate_all(tasks, [p for p in policies if p != "torch"], cache, gens, trials[0], say,
+        generate_all(tasks, [p for p in policies if p != "torch"], cache, gens, say,
                      ms_tasks=ms_tasks)
     for s in sets:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
         rows, results = measure_set(tasks, policies, cache, args.repeat, say)
         from tensorlang.bench.command import conditions
         report["sets"][s] = {"tasks": len(tasks), "rows": rows, "summary": summarize(rows, policies),
-                             "time_to_quality": ms_trials_to_match(rows, {}, f"metaschedule:{trials[0]}")
+                             "time_to_quality": ms_trials_to_match(rows, f"metaschedule:{trials[0]}")
                              if not args.skip_ms else [], "conditions": conditions(results)}
     report["cold_cli"] = [cold_cli(HELDOUT[13][0], "matmul", p) for p in ("tlm", "roller")]
     report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
