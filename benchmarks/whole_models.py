@@ -6,7 +6,7 @@
 For each model -- BERT-base (seq 128) and ResNet-50 (batch 1), the configs of `tensorlang extract` -- one
 `tensorlang bench-model` run (tensorlang/network/bench.py), in its own process, one model after the other
 (each needs several GB; `--reuse MODEL` combines the JSON a separate run of that model wrote): every policy's executable built (tlm, roller, default: compile-model; metaschedule:N:
-TVM's tune_relax with N trials per task + compile_relax), its outputs checked against PyTorch eager, then all
+TVM's tune_relax with N trials per task, its records applied to the module it tuned), its outputs checked against PyTorch eager, then all
 of them and PyTorch eager (and torch.compile where it works) timed in interleaved rounds under the
 machine-wide measurement lock (the real one: this script never sets TENSORLANG_MEASURE_LOCK). Each model's
 run writes its own JSON (benchmarks/results/whole_models_<model>.json) as soon as it ends, so a model that

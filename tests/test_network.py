@@ -68,6 +68,41 @@ def test_repeated_subgraphs_are_scheduled_once(bert):
     assert max(s["calls"] for s in subs) > 1
 
 
+def test_metaschedule_records_are_applied_to_the_tuned_module(bert):
+    """bench-model's metaschedule:N: a record as tune_relax writes it (the workload as MetaSchedule normalises
+    it) replaces that function of the fused module, and only that one. compile_relax would first annotate
+    the fused functions again (AnnotateTIROpPattern adds `op_pattern`), after which the record is not found:
+    why network/bench.py applies the records itself."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    from tensorlang.network.bench import apply_database
+    from tensorlang.network.compile import tvm_build_target
+    mod, target = bert["prep"].mod, tvm_build_target("llvm")
+    name = "fused_matmul_add2"
+    workload_mod = _normalize_mod(mod[name])
+    sch = Schedule(workload_mod)
+    outer, _ = sch.split(sch.get_loops(sch.get_sblock("matmul"))[0], [None, 4])
+    sch.parallel(outer)
+    db = ms.database.MemoryDatabase()
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(workload_mod), [1e-3], target))
+
+    built, tuned = apply_database(db, mod, target)
+    assert tuned == {name}
+    assert tvm_ffi.structural_equal(built[name].without_attr("tirx.is_scheduled"),
+                                    sch.mod["main"].without_attr("global_symbol"))
+    others = [gv for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint != name]
+    assert len(others) == 23 and all(tvm_ffi.structural_equal(built[gv], mod[gv]) for gv in others)
+    with target:
+        annotated = relax.transform.AnnotateTIROpPattern()(mod)
+    assert "op_pattern" in annotated[name].attrs
+    assert apply_database(db, annotated, target)[1] == set()
+
+
 EDIT = """schedule fused_matmul_add2 on cpu {
     i0o, i0i = split(matmul.i0, [None, 4])
     parallel(i0o)
