@@ -123,6 +123,7 @@ class Lowered:
     policy: str  # "schedule" (hand-written), a policy name, or "unscheduled"
     diagnostics: list[Diagnostic]
     schedule_text: str | None = None
+    generate_s: float | None = None  # the policy's time to write the schedule; None: written by hand
 
     @property
     def ok(self) -> bool:
@@ -143,15 +144,19 @@ def lower_op(doc: Document, op_name: str, target_name: str, policy: str | None =
             return Lowered(op, target, None, "schedule", result.diagnostics)
         return Lowered(op, target, result.applied.sch.mod, "schedule", result.diagnostics)
     if op.ast.is_auto or policy is not None:
+        import time
+
         from tensorlang.baselines import generate
+        t0 = time.perf_counter()
         gen = generate(policy or "auto", doc.primfunc(op_name), op, target)
+        generate_s = time.perf_counter() - t0
         diags = list(gen.diagnostics)
         if gen.mod is not None and target.is_gpu:
             # A generated GPU schedule gets the same checks as a written one.
             from tensorlang.lower.gpu import check_gpu_schedule
             from tensorlang.lower.schedule import NameEnv, new_schedule
             diags += check_gpu_schedule(new_schedule(gen.mod), NameEnv(), target.params, op.ast.name_span)
-        return Lowered(op, target, gen.mod, gen.policy, diags, gen.schedule_text)
+        return Lowered(op, target, gen.mod, gen.policy, diags, gen.schedule_text, generate_s)
     if target.is_gpu:
         have = sorted(s.target for s in doc.ast.schedules if s.op == op_name)
         msg = (f"operator '{op_name}' has no schedule for GPU target '{target_name}'; "
@@ -178,10 +183,17 @@ class RunResult:
     median_ms: float
     gflops: float
     message: str = ""
+    generate_ms: float | None = None  # Lowered.generate_s, in ms
 
 
 def run_lowered(low: Lowered, repeat: int = 5, seed: int = 0) -> RunResult:
     """Compile, run on standard-normal inputs, compare with the NumPy reference, time it."""
+    r = _run_and_check(low, repeat, seed)
+    r.generate_ms = None if low.generate_s is None else low.generate_s * 1e3
+    return r
+
+
+def _run_and_check(low: Lowered, repeat: int, seed: int) -> RunResult:
 
     from tensorlang import interp
     from tensorlang.lower.build import BuildError, compile_module

@@ -177,11 +177,16 @@ def cmd_run(args) -> int:
 
 
 def format_run_table(rows) -> str:
-    head = f"{'op':<20} {'schedule':<12} {'max abs err':>12} {'max rel err':>12} {'median ms':>10} {'GFLOP/s':>9}  result"
+    head = (f"{'op':<20} {'schedule':<12} {'max abs err':>12} {'max rel err':>12} {'median ms':>10} {'GFLOP/s':>9} "
+            f"{'written in':>10}  result")
     lines = [head, "-" * len(head)]
     for r in rows:
+        written = f"{r.generate_ms:>8.0f}ms" if r.generate_ms is not None else f"{'by hand':>10}"
         lines.append(f"{r.op:<20} {r.policy:<12} {r.max_abs:>12.3e} {r.max_rel:>12.3e} {r.median_ms:>10.3f} "
-                     f"{r.gflops:>9.2f}  {'ok' if r.ok else 'FAIL ' + r.message}")
+                     f"{r.gflops:>9.2f} {written}  {'ok' if r.ok else 'FAIL ' + r.message}")
+    if any(r.generate_ms is not None for r in rows):
+        lines.append("written in: the policy's time to write the schedule (a model's first in a process includes "
+                     "loading it)")
     from tensorlang.machine import host_line
     return "\n".join(lines + [f"host: {host_line()}"])
 
