@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tensorlang.span import line_starts, offset_in
+
 
 def add_arguments(p) -> None:
     p.add_argument("file")
@@ -134,7 +136,7 @@ def main_generate(args) -> int:
             continue
         lines = "".join(f"    {format_stmt(s)}\n" for s in rest)
         note = f"    # completed by {gen.name} for target {args.target} ({where}){how}\n"
-        close = _offset(src, written.span.end_line, written.span.end_col) - 1  # the block's closing `}`
+        close = offset_in(line_starts(src), src, written.span.end_line - 1, written.span.end_col - 1) - 1  # the block's closing `}`
         line_start = src.rfind("\n", 0, close) + 1
         if src[line_start:close].strip():  # `}` after code on its line
             edits.append((close, "\n" + note + lines))
@@ -160,12 +162,6 @@ def main_generate(args) -> int:
         print(f"{args.ms_database}: {len(entries)} tuning record{'s' if len(entries) != 1 else ''} (MetaSchedule JSON "
               f"database)", file=sys.stderr)
     return status
-
-
-def _offset(text: str, line: int, col: int) -> int:
-    """The 0-based offset of a 1-based (line, col)."""
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    return starts[line - 1] + col - 1
 
 
 def _database_entry(doc, name: str, target, out):

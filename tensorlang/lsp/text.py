@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tensorlang.span import line_starts, offset_in
+
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 
 
@@ -69,13 +71,8 @@ class LineIndex:
     def offset(self, n0: int, col0: int) -> int:
         """Character offset of a 0-based (line, code-point col) in the text."""
         if self._starts is None:
-            starts, at = [], 0
-            for line in self.lines:
-                starts.append(at)
-                at += len(line) + 1
-            self._starts = starts
-        n0 = max(0, min(n0, len(self.lines) - 1))
-        return self._starts[n0] + min(col0, len(self.lines[n0]))
+            self._starts = line_starts(self.text)
+        return offset_in(self._starts, self.text, n0, col0)
 
 
 # ------------------------------------------------------------------ lexer
