@@ -277,3 +277,24 @@ def test_move_heldout_matches_records_of_an_older_key_by_their_file(tmp_path):
         w.append({"key": "k0", "task": {"hash": "v1-of-h1", "file": "m/x.tsched", "op": "x"}})
         w.append({"key": "k1", "task": {"hash": "t0", "file": "m/y.tsched", "op": "y"}})
     assert move_heldout(train, tmp_path / "heldout", tmp_path / "split.json") == {"moved": 1, "kept": 1}
+
+
+def test_fewest_records_first_puts_the_least_measured_tasks_first(tmp_path):
+    """collect --order fewest-records: tasks ordered by how many records this machine timed of them
+    (stable among equals), counted from the dataset by task key."""
+    from tensorlang import api
+    from tensorlang.data.collect import fewest_records_first, find_tasks, op_hash, record_counts
+    files = [str(ROOT / "examples" / f) for f in ("matmul.tsched", "softmax.tsched", "dense_gelu.tsched")]
+    tasks = find_tasks(files)
+    keys = [op_hash(api.load_text(t.text, t.file).model.ops[t.op]) for t in tasks]
+    w = dataset.Writer(tmp_path)
+    n = 0
+    for key, count in ((keys[0], 3), (keys[2], 1)):
+        for _ in range(count):
+            n += 1
+            w.append({"key": f"r{n}", "task": {"hash": key}, "machine": "m1", "status": "ok"})
+    w.append({"key": "other", "task": {"hash": keys[1]}, "machine": "m2", "status": "ok"})  # another machine
+    w.close()
+    counts = record_counts([tmp_path], "m1")
+    assert counts == {keys[0]: 3, keys[2]: 1}
+    assert [t.op for t in fewest_records_first(tasks, counts)] == [tasks[1].op, tasks[2].op, tasks[0].op]

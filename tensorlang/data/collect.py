@@ -165,7 +165,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
             heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, model: str | Path | None = None,
-            model_samples: int = 8, skip_heldout: bool = False, log=print) -> dict:
+            model_samples: int = 8, skip_heldout: bool = False, order: str = "files", log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
@@ -175,7 +175,10 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     timing round is recorded after that round (`runs` says how many figures stand behind a latency).
     `model`: a tensor-language-model checkpoint whose `model_samples` candidates per task are measured too
     (after roller/random; `trials=0` for the model's alone) -- the iterate rounds of `tensorlang train`.
-    `skip_heldout`: leave the held-out tasks out altogether."""
+    `skip_heldout`: leave the held-out tasks out altogether.
+    `order`: "files" (the files' order) or "fewest-records" (the tasks with the fewest records timed on this
+    machine first, then the files' order): a budgeted run then widens the corpus -- or, for the model's
+    rounds, moves on to other tasks -- instead of measuring the same first files again."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.data import split
@@ -205,6 +208,10 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     machine = timed_on["id"]
     best_known = best_latencies([out_dir, heldout_dir], machine)
     tasks = find_tasks(paths)
+    if order == "fewest-records":
+        tasks = fewest_records_first(tasks, record_counts([out_dir, heldout_dir], machine))
+    elif order != "files":
+        raise ValueError(f"unknown task order {order!r}: files or fewest-records")
     ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
     written = skipped = 0
     log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
@@ -301,6 +308,24 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
 
 
+def record_counts(dirs: list[str | Path], machine: str) -> dict[str, int]:
+    """Task key -> how many records timed on `machine` these datasets hold."""
+    from collections import Counter
+    return Counter(rec["task"]["hash"] for d in dirs for rec in read(d) if rec["machine"] == machine)
+
+
+def fewest_records_first(tasks: list[Task], counts: dict[str, int]) -> list[Task]:
+    """The tasks with the fewest records first; among equals, the given order (a stable sort)."""
+    from tensorlang import api
+
+    def key(task: Task) -> int:
+        try:
+            return counts.get(op_hash(api.load_text(task.text, task.file).model.ops[task.op]), 0)
+        except Exception:  # a file that does not load keeps its place among the unmeasured (collect reports it)
+            return 0
+    return sorted(tasks, key=key)
+
+
 def best_latencies(dirs: list[str | Path], machine: str) -> dict[str, float]:
     """Task key -> the best correct latency measured on `machine` in these datasets."""
     best: dict[str, float] = {}
@@ -362,7 +387,7 @@ def main_collect(args) -> int:
         summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
-                          skip_heldout=args.skip_heldout,
+                          skip_heldout=args.skip_heldout, order=args.order,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:

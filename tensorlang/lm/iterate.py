@@ -4,8 +4,9 @@
 
 Per round r (1..R), starting from the model `--init`:
 1. collect: the current model's `--samples` distinct candidates per training task (greedy first), measured
-   with the bench harness into the measured dataset (data/measured/llvm by default). Held-out tasks are
-   left out altogether; records already there are skipped by key, so a killed round resumes.
+   with the bench harness into the measured dataset (data/measured/llvm by default), the tasks with the
+   fewest records on this machine first (so that a budgeted round moves on to the tasks the last ones did
+   not reach). Held-out tasks are left out altogether; records already there are skipped by key.
 2. fine-tune the current model on every correct measured record (quality-conditioned, as `--stage
    finetune`) -> OUT/round-<r>, the next round's model.
 3. log the round: the validation loss, and how good the round's measured candidates were -- the geometric
@@ -79,7 +80,8 @@ def iterate(rounds: int, init: str | Path, out: str | Path, *, tasks=DEFAULT_TAS
         best_before = best_latencies([measured_out], machine)
         t0 = time.time()
         summary = collect(list(tasks), target, measured_out, trials=0, budget_min=collect_minutes, model=current,
-                          model_samples=samples, skip_heldout=True, log=lambda m: log(m, file=sys.stderr))
+                          model_samples=samples, skip_heldout=True, order="fewest-records",
+                          log=lambda m: log(m, file=sys.stderr))
         collect_s = time.time() - t0
         quality = round_quality(list(read(measured_out)), name, best_before)
         entry = train("finetune", here, init=current, minutes=minutes, epochs=epochs, seed=seed,
