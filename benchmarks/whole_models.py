@@ -33,10 +33,12 @@ MODELS = {"bert-base": ["--seq", "128"], "resnet50": ["--batch", "1"]}
 POLICIES = ("tlm", "metaschedule:64", "roller", "default")
 
 
-def run_model(model: str, policies, repeats: int, small: bool, out_json: Path, workdir: Path, log) -> dict | None:
+def run_model(model: str, policies, repeats: int, small: bool, out_json: Path, workdir: Path, log,
+              reuse: bool = False) -> dict | None:
     cmd = [sys.executable, "-m", "tensorlang", "bench-model", "--model", model, "--target", "llvm",
            *(["--small"] if small else MODELS[model]), *sum([["--policy", p] for p in policies], []),
-           "--repeats", str(repeats), "--workdir", str(workdir / model), "--json", str(out_json)]
+           "--repeats", str(repeats), "--workdir", str(workdir / model), "--json", str(out_json),
+           *(["--reuse-builds"] if reuse else [])]
     log(f"$ {shlex.join(cmd)}")
     t0 = time.time()
     with open(workdir / f"{model}.log", "w") as f:
@@ -113,6 +115,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--small", action="store_true", help="the small configs (a quick check of this script)")
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--workdir", help="where the executables are built (default: a new folder under $TMPDIR); "
+                                     "with --reuse-builds, a killed run's builds there are timed, not rebuilt")
+    p.add_argument("--reuse-builds", action="store_true")
     p.add_argument("--reuse", action="append", default=[], choices=list(MODELS),
                    help="do not run MODEL: combine its JSON of an earlier run (whole_models_<model>.json)")
     args = p.parse_args(argv)
@@ -123,7 +128,7 @@ def main(argv=None) -> int:
     policies = args.policy or list(POLICIES)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"whole_models-{os.getpid()}"
+    workdir = Path(args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"whole_models-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
 
     def log(msg):
@@ -136,7 +141,7 @@ def main(argv=None) -> int:
             results[m] = json.loads(per.read_text()) if per.exists() else None
             log(f"{m}: reused {per}" if results[m] else f"{m}: no {per} to reuse")
             continue
-        results[m] = run_model(m, policies, args.repeats, args.small, per, workdir, log)
+        results[m] = run_model(m, policies, args.repeats, args.small, per, workdir, log, args.reuse_builds)
     from tensorlang.machine import describe, host_line
     combined = {
         "command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(argv),

@@ -126,6 +126,21 @@ def apply_database(db, mod, target) -> tuple[object, set[str]]:
     return mod, tuned
 
 
+def _reusable(out: Path, model: str, policy: str, small: bool) -> dict | None:
+    """The manifest of an executable built before at OUT for this model, policy and machine, else None."""
+    from tensorlang.machine import describe
+    from tensorlang.network.compile import paths_of
+    paths = paths_of(out)
+    if not (out.exists() and paths["manifest"].exists() and paths["params"].exists() and paths["inputs"].exists()):
+        return None
+    try:
+        m = json.loads(paths["manifest"].read_text())
+    except ValueError:
+        return None
+    same = (m.get("model"), m.get("policy"), bool(m.get("small")), (m.get("machine") or {}).get("machine_id"))
+    return m if same == (model, policy, small, describe().get("machine_id")) else None
+
+
 def build_policy(model: str, policy: str, out: Path, batch=1, seq=None, small=False, image=None) -> dict:
     from tensorlang.network import compile as C
     if policy.startswith("metaschedule"):
@@ -163,7 +178,13 @@ def _torch_runners(model: str, batch, seq, small, image, inputs) -> tuple[dict, 
 
 
 def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False, image=None, repeats: int = 30,
-                threads: int | None = None, workdir: str | Path | None = None, log=None, gap_s: float = 0.05) -> dict:
+                threads: int | None = None, workdir: str | Path | None = None, log=None, gap_s: float = 0.05,
+                reuse_builds: bool = False, runner_budget_s: float = 60.0) -> dict:
+    """`reuse_builds`: an executable already in `workdir` for the same model, policy and machine is timed
+    again instead of rebuilt (MetaSchedule's tuning takes many minutes; the caller vouches that code and
+    config are unchanged). `runner_budget_s`: a runner whose warm-up call takes long gets fewer rounds,
+    budget / warm-up time but at least 5 (an untuned BERT-base takes 41 s a call: 30 rounds of it alone
+    took 20 minutes); the rows say how many."""
     from tensorlang.bench.lock import measure_lock
     from tensorlang.machine import describe, host_line, usable_cores
     from tensorlang.network import profile as P
@@ -176,6 +197,11 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
     manifests = {}
     for pol in policies:
         out = work / f"{tag}-{pol.replace(':', '')}.so"
+        old = _reusable(out, model, pol, small) if reuse_builds else None
+        if old is not None:
+            log(f"== {model}: policy {pol}: reusing {out} (built {old.get('built', 'earlier')})")
+            manifests[pol] = old
+            continue
         log(f"== {model}: building with policy {pol}")
         manifests[pol] = build_policy(model, pol, out, batch, seq, small, image)
         import gc
@@ -198,12 +224,18 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
     runners.update(t_runners)
     names = list(runners)
     times: dict[str, list[float]] = {n: [] for n in names}
+    rounds: dict[str, int] = {}
     with measure_lock() as held:
-        log(f"{model}: measurement lock held (waited {held.wait_s:.0f} s); {repeats} interleaved rounds")
         for n in names:  # warm-up
+            t0 = time.perf_counter()
             runners[n]()
-        for _ in range(repeats):
+            rounds[n] = max(5, min(repeats, int(runner_budget_s / max(time.perf_counter() - t0, 1e-9))))
+        log(f"{model}: measurement lock held (waited {held.wait_s:.0f} s); {repeats} interleaved rounds"
+            + "".join(f", {n} {k}" for n, k in rounds.items() if k < repeats))
+        for i in range(repeats):
             for n in names:
+                if i >= rounds[n]:
+                    continue
                 time.sleep(gap_s)  # the last runner's worker threads stop spinning (TVM's pool, OpenMP's)
                 t0 = time.perf_counter()
                 runners[n]()
@@ -215,6 +247,7 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
         man = manifests.get(n)
         rows.append({
             "runner": n, "median_ms": statistics.median(times[n]) * 1e3, "times_ms": [t * 1e3 for t in times[n]],
+            "rounds": len(times[n]),
             "outputs_ok": checks[n]["ok"], "max_rel_err": checks[n]["max_rel_err"],
             "schedule_s": man["seconds"]["generation_and_compile"] if man else None,
             "schedule_detail_s": man["seconds"] if man else None,
@@ -262,6 +295,9 @@ def format_table(r: dict) -> str:
     lines.append("vs X: X's latency / this runner's latency (> 1: this one is faster). schedule s: generation (or "
                  "tuning) + checks + compile of the executable. fallback: share of the latency in subgraphs built "
                  "with the default schedule.")
+    fewer = [f"{x['runner']} {x['rounds']}" for x in rows if x.get("rounds", r["repeats"]) < r["repeats"]]
+    if fewer:
+        lines.append(f"rounds: {', '.join(fewer)} (slow runners: --runner-budget seconds of calls, at least 5)")
     for x in rows:
         if x.get("note"):
             lines.append(f"note: {x['runner']}: {x['note']}")
@@ -276,6 +312,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="threads for TVM and PyTorch (default: the usable cores)")
     p.add_argument("--workdir", help="where the executables are built (default: a temporary directory)")
     p.add_argument("--json", help="write the results as JSON")
+    p.add_argument("--reuse-builds", action="store_true",
+                   help="time executables already in --workdir for the same model, policy and machine again "
+                        "instead of rebuilding them")
+    p.add_argument("--runner-budget", type=float, default=60.0, metavar="S",
+                   help="a runner whose warm-up call is slow gets S / that time rounds (at least 5)")
 
 
 def cmd_bench_model(args) -> int:
@@ -291,7 +332,8 @@ def cmd_bench_model(args) -> int:
             return 2
     try:
         r = bench_model(args.model, args.policy, args.batch, args.seq, args.small, args.image, args.repeats,
-                        args.threads, args.workdir)
+                        args.threads, args.workdir, reuse_builds=args.reuse_builds,
+                        runner_budget_s=args.runner_budget)
     except BuildStopped as e:
         print(f"tensorlang bench-model: {e}", file=sys.stderr)
         return 1
