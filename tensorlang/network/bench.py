@@ -48,7 +48,6 @@ def build_metaschedule(model: str, trials: int, out: Path, batch=1, seq=None, sm
     compile.relax_build; writes OUT like compile-model does
     (executable, manifest with one entry per subgraph, weights, inputs) so that profile and bench read it."""
     import numpy as np
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from tensorlang.baselines.metaschedule import builder
@@ -189,8 +188,8 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
     """`reuse_builds`: an executable already in `workdir` for the same model, policy and machine is timed
     again instead of rebuilt (MetaSchedule's tuning takes many minutes; the caller vouches that code and
     config are unchanged). `runner_budget_s`: a runner whose warm-up call takes long gets fewer rounds,
-    budget / warm-up time but at least 5 (an untuned BERT-base takes 41 s a call: 30 rounds of it alone
-    took 20 minutes); the rows say how many."""
+    budget / warm-up time but at least 5 (an untuned BERT-base takes 20-40 s a call: 30 rounds of it
+    alone took 20 minutes); the rows say how many."""
     from tensorlang.bench.lock import measure_lock
     from tensorlang.machine import describe, host_line, usable_cores
     from tensorlang.network import profile as P
@@ -205,7 +204,7 @@ def bench_model(model: str, policies: list[str], batch=1, seq=None, small=False,
         out = work / f"{tag}-{pol.replace(':', '')}.so"
         old = _reusable(out, model, pol, small) if reuse_builds else None
         if old is not None:
-            log(f"== {model}: policy {pol}: reusing {out} (built {old.get('built', 'earlier')})")
+            log(f"== {model}: policy {pol}: reusing {out} (--reuse-builds)")
             manifests[pol] = old
             continue
         log(f"== {model}: building with policy {pol}")
