@@ -35,6 +35,7 @@ class Task:
     file: str
     op: str
     text: str  # the whole file
+    key: str = ""  # op_hash of the operator: the task's key in the datasets
 
     @property
     def label(self) -> str:
@@ -51,7 +52,7 @@ def find_tasks(paths: list[str]) -> list[Task]:
     for f in files:
         doc = api.load(f)
         for op in doc.model.ops:
-            tasks.append(Task(str(f), op, doc.text))
+            tasks.append(Task(str(f), op, doc.text, op_hash(doc.model.ops[op])))
     return tasks
 
 
@@ -316,14 +317,7 @@ def record_counts(dirs: list[str | Path], machine: str) -> dict[str, int]:
 
 def fewest_records_first(tasks: list[Task], counts: dict[str, int]) -> list[Task]:
     """The tasks with the fewest records first; among equals, the given order (a stable sort)."""
-    from tensorlang import api
-
-    def key(task: Task) -> int:
-        try:
-            return counts.get(op_hash(api.load_text(task.text, task.file).model.ops[task.op]), 0)
-        except Exception:  # a file that does not load keeps its place among the unmeasured (collect reports it)
-            return 0
-    return sorted(tasks, key=key)
+    return sorted(tasks, key=lambda task: counts.get(task.key, 0))
 
 
 def best_latencies(dirs: list[str | Path], machine: str) -> dict[str, float]:
