@@ -300,7 +300,7 @@ def cmd_import_trace(args) -> int:
 
 def cmd_pretrain(args) -> int:
     from tensorlang.data.collect import pretrain
-    summary = pretrain(args.tasks, args.target, args.output, args.per_task, args.seed,
+    summary = pretrain(args.tasks, args.target, args.output or f"data/pretrain/{args.target}", args.per_task, args.seed,
                        log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"pretrain: {summary}")
     return 0
@@ -504,7 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--batch", type=int, default=16, help="candidates built, then checked and timed, together")
     co.add_argument("--repeat", type=int, default=3, help="timing rounds per candidate (interleaved)")
     co.add_argument("--min-repeat-ms", type=float, default=50, help="each timing fills at least this many ms")
-    co.add_argument("-o", "--output", default="data/measured/cpu")
+    co.add_argument("-o", "--output", default=None,
+                    help="the dataset directory (default data/measured/<target>: the records already there are not "
+                         "measured again, and order and the slow-candidate rule read their latencies)")
     co.add_argument("--slow-factor", type=float, default=10.0,
                     help="record a candidate after one timing round when it is over this many times the task's best "
                          "known latency (0: time every candidate fully)")
@@ -543,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--target", required=True)
     pt.add_argument("--per-task", type=int, default=1000)
     pt.add_argument("--seed", type=int, default=0)
-    pt.add_argument("-o", "--output", default="data/pretrain/cpu")
+    pt.add_argument("-o", "--output", default=None, help="default data/pretrain/<target>")
     pt.set_defaults(func=cmd_pretrain)
 
     da = sub.add_parser("data", help="about the datasets")

@@ -378,7 +378,10 @@ def main_collect(args) -> int:
         from tensorlang.bench.rpc import RPCConfig
         rpc = RPCConfig.parse(args.rpc, sessions=args.rpc_sessions)
     try:
-        summary = collect(args.tasks, args.target, args.output, trials=args.trials, budget_min=args.budget,
+        # the target's own dataset by default: a run into another directory would find none of its records,
+        # so it would measure them again (a --target llvm run into the old default data/measured/cpu did)
+        out = args.output or str(DEFAULT_DIR / args.target)
+        summary = collect(args.tasks, args.target, out, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
                           skip_heldout=args.skip_heldout, order=args.order,
