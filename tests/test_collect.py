@@ -298,3 +298,19 @@ def test_fewest_records_first_puts_the_least_measured_tasks_first(tmp_path):
     counts = record_counts([tmp_path], "m1")
     assert counts == {keys[0]: 3, keys[2]: 1}
     assert [t.op for t in fewest_records_first(tasks, counts)] == [tasks[1].op, tasks[2].op, tasks[0].op]
+
+
+def test_collect_writes_into_the_targets_own_dataset_by_default(tmp_path):
+    """Without -o the records go to data/measured/<target>, where the next run finds them: a second run
+    measures nothing again (the old default, data/measured/cpu for every target, re-measured a whole
+    llvm run's candidates)."""
+    tasks, env = rowsum_tasks(tmp_path)
+    env["PYTHONPATH"] = str(ROOT)
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": {}}))
+    cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "llvm", "--trials", "2",
+           "--repeat", "1", "--split", str(tmp_path / "split.json")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(list(dataset.read(tmp_path / "data" / "measured" / "llvm"))) == 2
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert again.returncode == 0 and "'written': 0" in again.stdout and "2 records already in" in again.stderr
