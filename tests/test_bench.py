@@ -325,3 +325,40 @@ def test_scalar_inputs_indirect_gathers_and_nan_references(harness):
     results = harness.measure([Candidate(op, GATHERS, "cpu", None, op_name=op)
                                for op in ("take", "index_via_copy", "rms")], repeat=1, **FAST)
     assert [r.status for r in results] == ["ok"] * 3, [r.message for r in results]
+
+
+def test_a_figure_is_sized_from_what_the_kernel_took_before():
+    """time_evaluator sizing a batch alone throws a batch away and overshoots the next by 1.618x; the runner
+    sizes it from the kernel's checking run or last figure instead (the TVM calls stood in for here)."""
+    from tensorlang.bench import worker as W
+    k = W._TvmKernel.__new__(W._TvmKernel)
+    k.args, k.outs, calls = [], [], []
+    k.func = lambda: (calls.append("call"), time.sleep(0.03))
+    k._evaluate = lambda number, ms: (calls.append((number, ms)), 0.001)[1]
+    k.call_s, k.figure_s = 0.2, None  # slower than the batch: one call, timed as it is
+    assert k.time(20) >= 0.02 and calls == ["call"]
+    calls.clear()
+    k.call_s, k.figure_s = 0.001, None  # fast: a short batch says how fast, then one that fills 50 ms, 5 % spare
+    assert k.time(50) == 0.001 and calls == [(1, 5.0), (53, 50)]
+    calls.clear()
+    assert k.time(50) == 0.001 and calls == [(53, 50)]  # later figures: sized from the last one alone
+    calls.clear()
+    k.call_s, k.figure_s = 0.2, None  # a slow first call, a warm call faster than the batch: sized from that
+    k.time(50)
+    assert calls == ["call", (2, 50)]
+
+
+def test_a_checking_run_that_fills_the_batch_is_the_first_figure(harness, monkeypatch):
+    """With min_repeat_ms below any kernel's time, every checking run is a whole figure: round 1 asks the
+    runner for nothing, and `repeat` figures come from repeat - 1 timing requests per kernel."""
+    asked = []
+    request = harness.kernels.request
+    monkeypatch.setattr(harness.kernels, "request",
+                        lambda slot, key, msg, timeout_s: (asked.append(msg[0]), request(slot, key, msg, timeout_s))[1])
+    cands = [Candidate("a", MM, "cpu", None), Candidate("b", MM, "cpu", None)]
+    results = harness.measure(cands, repeat=3, min_repeat_ms=0.001, timeout_s=20)
+    assert [(r.status, len(r.times_s)) for r in results] == [("ok", 3), ("ok", 3)]
+    assert asked == ["time"] * 4
+    asked.clear()
+    results = harness.measure(cands, repeat=3, min_repeat_ms=5, timeout_s=20)  # a 64x64 matmul is far faster
+    assert [(r.status, len(r.times_s)) for r in results] == [("ok", 3), ("ok", 3)] and asked == ["time"] * 6

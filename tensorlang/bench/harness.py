@@ -11,8 +11,10 @@
    reference cannot be computed here (too much memory or time, TS407 / TS408) is timed but `unchecked`;
 3. time: still under the lock, R rounds; each round times every remaining candidate once, one at a
    time, in an order rotated by one each round (interleaved, so drift and noise spread evenly);
-   one timing is TVM's `time_evaluator` (a warm-up call, then enough calls to fill `min_repeat_ms`,
-   their mean). A result has the median, min and max over the rounds.
+   one timing is the mean of a batch of calls that lasts at least `min_repeat_ms` (TVM's
+   `time_evaluator`, the batch sized from the kernel's previous figure; a kernel slower than
+   `min_repeat_ms` is one call, and its checking run is its first figure -- worker.py says why).
+   A result has the median, min and max over the rounds.
 
 A kernel that crashes its runner (`crash`) or does not answer within `timeout_s` (`timeout`) is
 recorded as such; its runner is replaced and the run continues with the next candidate.
@@ -294,7 +296,7 @@ class Harness:
             before = _cpu_snapshot(self.kernels)
             t_check = time.monotonic()
             for it in todo:
-                self._check(it, refs.get(id(it.op)), timeout_s, verify, say)
+                self._check(it, refs.get(id(it.op)), timeout_s, verify, say, min_repeat_ms)
             check_s = time.monotonic() - t_check
             timed = [it for it in todo if it.result.status in TIMED]
             for r in range(repeat):
@@ -307,8 +309,8 @@ class Harness:
                     break
                 k = r % len(timed)
                 for it in timed[k:] + timed[:k]:
-                    if it.result.status not in TIMED:
-                        continue
+                    if it.result.status not in TIMED or len(it.result.times_s) > r:
+                        continue  # (its checking run was its first figure)
                     try:
                         it.result.times_s.append(self.kernels.request(it.slot, it.key, ("time", it.key, min_repeat_ms),
                                                                       timeout_s))
@@ -444,7 +446,12 @@ class Harness:
                 except OSError:
                     pass
 
-    def _check(self, it: _Item, ref: dict | None, timeout_s: float, verify: bool, say) -> None:
+    def _check(self, it: _Item, ref: dict | None, timeout_s: float, verify: bool, say,
+               min_repeat_ms: float | None = None) -> None:
+        """Load the kernel and run it once; its outputs against the reference. A TVM kernel's run that alone
+        lasts `min_repeat_ms` is the first round's figure too (a batch of one call, as time_evaluator would
+        time it; only its first call): with the slow-candidate rule, a random schedule 10x slower than the
+        best known is then run once, not three times (a warm-up, a timed call, the check)."""
         r = it.result
         try:
             got = self.kernels.load(it.slot, it.key, dict(it.spec, return_outputs=verify, run=True), timeout_s)
@@ -459,6 +466,9 @@ class Harness:
             say(f"{it.cand.name}: error: {r.message}")
             return
         r.load_s = got["load_s"]
+        call_s = got.get("call_s")
+        if min_repeat_ms is not None and call_s is not None and call_s >= min_repeat_ms / 1e3:
+            r.times_s.append(call_s)
         runner = self.kernels.runners.get(it.slot)
         if runner is not None:
             r.worker["runner_pid"] = runner.info.get("pid")
