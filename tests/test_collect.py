@@ -314,3 +314,18 @@ def test_collect_writes_into_the_targets_own_dataset_by_default(tmp_path):
     assert len(list(dataset.read(tmp_path / "data" / "measured" / "llvm"))) == 2
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert again.returncode == 0 and "'written': 0" in again.stdout and "2 records already in" in again.stderr
+
+
+def test_skip_heldout_leaves_the_heldout_tasks_out_before_any_work(tmp_path):
+    from tensorlang import api
+    from tensorlang.data.collect import op_hash
+    tasks, env = rowsum_tasks(tmp_path)
+    key = op_hash(api.load(tasks / "rowsum.tsched").model.ops["rowsum"])
+    (tmp_path / "split.json").write_text(json.dumps({"heldout": {key: ["rowsum.tsched:rowsum"]}}))
+    out, held = tmp_path / "measured" / "llvm", tmp_path / "heldout"
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "2",
+                        "--skip-heldout", "-o", str(out), "--split", str(tmp_path / "split.json"),
+                        "--heldout-output", str(held)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "collect: 0 tasks" in r.stderr and "'written': 0" in r.stdout
+    assert not held.exists() and list(dataset.read(out)) == []
