@@ -154,9 +154,10 @@ class _TvmKernel:
         """One figure: the mean time of a batch of calls that lasts at least min_repeat_ms (time_evaluator's
         rule), the batch sized from what this kernel took before. time_evaluator sizing it alone -- a warm-up
         call, one call, then the calls that one says fill the batch, and 1.618x as many again when they fall
-        short, which they do about half the time -- spends ~80 ms on a 50 ms figure of a fast kernel, and two
-        calls on one of a kernel slower than the batch; sized here, ~55 ms and one call (the kernel is warm:
-        the checking run ran it)."""
+        short, which they do about half the time -- spends up to 1.6x min_repeat_ms on a figure of a fast
+        kernel, and two calls on one of a kernel slower than the batch. Sized here: one batch of min_repeat_ms
+        and 5 % (a batch of a tenth of it first, for the first figure), and one call for a kernel slower than
+        the batch (warm: the checking run ran it)."""
         need = min_repeat_ms / 1e3
         known = self.figure_s or self.call_s
         if known is not None and known >= need:  # one call fills the batch
