@@ -239,7 +239,8 @@ def test_the_committed_split_is_the_one_the_workloads_give(monkeypatch):
         assert key not in committed["heldout"] and set(models) - set(split.HELDOUT_MODELS)
 
 
-def test_collect_records_heldout_tasks_apart(tmp_path):
+def _collect_rowsum_held_out(tmp_path, *options):
+    """`collect` of the rowsum task under a split that holds it out: (its key, the run, training dir, held-out dir)."""
     from tensorlang import api
     from tensorlang.data.collect import op_hash
     tasks, env = rowsum_tasks(tmp_path)
@@ -247,9 +248,14 @@ def test_collect_records_heldout_tasks_apart(tmp_path):
     (tmp_path / "split.json").write_text(json.dumps({"heldout": {key: ["rowsum.tsched:rowsum"]}}))
     out, held = tmp_path / "measured" / "llvm", tmp_path / "heldout"
     r = subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "2",
-                        "--repeat", "1", "-o", str(out), "--split", str(tmp_path / "split.json"),
+                        *options, "-o", str(out), "--split", str(tmp_path / "split.json"),
                         "--heldout-output", str(held)], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
+    return key, r, out, held
+
+
+def test_collect_records_heldout_tasks_apart(tmp_path):
+    key, _, out, held = _collect_rowsum_held_out(tmp_path, "--repeat", "1")
     assert list(dataset.read(out)) == []
     assert [x["task"]["hash"] for x in dataset.read(held)] == [key, key]
 
@@ -317,15 +323,6 @@ def test_collect_writes_into_the_targets_own_dataset_by_default(tmp_path):
 
 
 def test_skip_heldout_leaves_the_heldout_tasks_out_before_any_work(tmp_path):
-    from tensorlang import api
-    from tensorlang.data.collect import op_hash
-    tasks, env = rowsum_tasks(tmp_path)
-    key = op_hash(api.load(tasks / "rowsum.tsched").model.ops["rowsum"])
-    (tmp_path / "split.json").write_text(json.dumps({"heldout": {key: ["rowsum.tsched:rowsum"]}}))
-    out, held = tmp_path / "measured" / "llvm", tmp_path / "heldout"
-    r = subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "2",
-                        "--skip-heldout", "-o", str(out), "--split", str(tmp_path / "split.json"),
-                        "--heldout-output", str(held)], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr
+    _, r, out, held = _collect_rowsum_held_out(tmp_path, "--skip-heldout")
     assert "collect: 0 tasks" in r.stderr and "'written': 0" in r.stdout
     assert not held.exists() and list(dataset.read(out)) == []
