@@ -35,7 +35,7 @@ class Task:
     file: str
     op: str
     text: str  # the whole file
-    key: str = ""  # op_hash of the operator: the task's key in the datasets
+    key: str  # op_hash of the operator: the task's key in the datasets
 
     @property
     def label(self) -> str:
@@ -234,7 +234,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             compiled_for = tgt.params.get("arch", "sm_90") if tgt.is_gpu else mcpu_of(tgt)
             yield_to_measurements()
             space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
-            tkey = task_hash(space)
+            tkey = task.key  # = task_hash(space), computed once by find_tasks
             out = writer
             if tkey in heldout and Path(out_dir).resolve() != heldout_dir.resolve():
                 heldout_writer = heldout_writer or Writer(heldout_dir)
