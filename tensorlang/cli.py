@@ -580,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--model", default="", help="its vendor model name, e.g. 'AMD EPYC'")
     dr.add_argument("--old-machine", default=None, help="re-label only the records of this old machine id")
     dr.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["main_relabel"]).main_relabel(args))
-    dre = da_sub.add_parser("reencode", help="re-encode v1 tensor sentences as v2 and re-key (keeps key_v1, hash_v1)")
+    dre = da_sub.add_parser("reencode", help="re-encode v1 and v2 tensor sentences in today's form (v1: re-keyed, keeping key_v1, hash_v1)")
     dre.add_argument("dirs", nargs="+", help="measured or pre-training dataset dirs")
     dre.add_argument("--budget", type=float, default=None,
                      help="minutes: tasks met later are copied unchanged (v1), for a later run")

@@ -122,7 +122,7 @@ def test_loss_mask_covers_exactly_the_choices():
                 allowed = nt.allowed()
                 if len(allowed) > 1:
                     free_positions.append(k)
-                elif tok in ("SKETCH", "DECISIONS", "TILE", "UNROLL", "LOC", "VECTOR", "THREADS", "[EOS]"):
+                elif tok in ("SKETCH", "DECISIONS", "TILE", "UNROLL", "LOC", "VECTOR", "THREADS", "=", "[EOS]"):
                     assert not mask[k], (k, tok)  # heads carry no loss
                 nt.push(tok)
             nt.close()
@@ -248,6 +248,57 @@ def test_generation_is_legal_on_cpu_and_gpu(tiny):
             from tensorlang.space import sentence as S
             assert S.decode(space, S.prompt_tokens(space) + out.tokens) == (out.point.sketch, tuple(out.point.decisions))
             _check_lowers(text, name, target, out.point.stmts)
+
+
+def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
+    """11008 = 2^8 * 43: its tile factors 43 * 2^k above 256 have no token. Greedy decoding compares each
+    legal value's probability -- a spelled one's being the product over `NUM> digits <NUM` -- and the
+    batched scoring agrees with feeding each spelling token by token (the reference below)."""
+    import copy
+
+    import torch
+
+    from tensorlang.lm import generate as G
+    from tensorlang.space import sentence as S
+    gen = G.Generator(tiny[0] / "fine")
+    space = _spaces("target cpu = llvm()\nop wide(A: f32[4, 16], B: f32[16, 11008]) -> C: f32[4, 11008] {\n"
+                    "    C[i, j] += A[i, k] * B[k, j]\n}\n")[1]["wide"]
+    seen = []
+    greedy = gen._greedy
+
+    def reference(nt, past, logits, allowed):
+        words = {gen.words[a] for a in allowed}
+        if "NUM>" not in words or len(allowed) == 1 or seen:
+            return greedy(nt, past, logits, allowed)
+        got = greedy(nt, past, logits, allowed)
+        scores = {}
+        lp = torch.log_softmax(logits[torch.tensor(allowed)].float(), -1)
+        for a, v in zip(allowed, lp):
+            if gen.words[a] != "NUM>":
+                scores[(a,)] = float(v)
+        for seq in G._spellings(nt, "NUM>"):
+            state, cache, total, last = nt.fork(), copy.deepcopy(past), 0.0, logits
+            for tok in seq:
+                legal = sorted(S.ids_of(state.allowed()))
+                total += float(torch.log_softmax(last[torch.tensor(legal)].float(), -1)[legal.index(gen.ids[tok])])
+                state.push(tok)
+                with torch.inference_mode():
+                    out = gen.model(input_ids=torch.tensor([[gen.ids[tok]]]), use_cache=True, **{G._CACHE_ARG: cache})
+                cache, last = G._cache(out), out.logits[0, -1]
+            state.close()
+            scores[tuple(gen.ids[t] for t in seq)] = total
+        seen.append((got, scores, words))
+        return got
+
+    gen._greedy = reference
+    out = gen.generate(space)
+    assert seen, "no decision offered a spelled-out factor"
+    got, scores, words = seen[0]
+    spelled = [k for k in scores if len(k) > 1]
+    values = {int("".join(gen.words[t] for t in k[1:-1])) for k in spelled}
+    assert values and all(11008 % v == 0 and str(v) not in S.token_ids() for v in values)
+    assert tuple(got) == max(scores, key=lambda k: (scores[k], [-t for t in k]))
+    assert out.point.sketch in space.usable
 
 
 def test_samples_are_distinct_legal_and_seeded(tiny):

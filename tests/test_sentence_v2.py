@@ -56,10 +56,23 @@ def test_padded_conv_sentence_exactly():
     decisions = ((1, 1, 1, 1), (1, 4, 1, 1), (1, 6, 1, 1), (1, 6, 1, 1), (2, 2), (3, 1), (3, 1), 2, 7)
     tokens = S.encode(space, Point(0, decisions))
     assert " ".join(S.split(tokens)[1]) == (
-        "SKETCH 0 DECISIONS TILE t3 L0 4 1 1 1 1 TILE t3 L1 4 1 4 1 1 TILE t3 L2 4 1 6 1 1 TILE t3 L3 4 1 6 1 1 "
-        "TILE t3 L4 2 2 2 TILE t3 L5 2 3 1 TILE t3 L6 2 3 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]")
+        "SKETCH 0 DECISIONS TILE t3 L0 4 = 1 1 = 1 1 = 1 1 = 1 1 TILE t3 L1 4 = 4 1 = 4 4 = 1 1 = 1 1 "
+        "TILE t3 L2 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L3 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
+        "TILE t3 L5 2 = 3 3 = 1 1 TILE t3 L6 2 = 3 3 = 1 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]")
     assert S.decode(space, tokens) == (0, decisions)
-    assert tokens[:4] == ["grammar:2", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
+    assert tokens[:4] == ["grammar:3", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
+    # the same sentence as v2 wrote it (no extents) is upgraded to exactly this one
+    from tensorlang.data.reencode import upgrade_v2
+    v2 = ["grammar:2"] + S.split(tokens)[0][1:] + (
+        "SKETCH 0 DECISIONS TILE t3 L0 4 1 1 1 1 TILE t3 L1 4 1 4 1 1 TILE t3 L2 4 1 6 1 1 TILE t3 L3 4 1 6 1 1 "
+        "TILE t3 L4 2 2 2 TILE t3 L5 2 3 1 TILE t3 L6 2 3 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]").split()
+    assert upgrade_v2(v2) == tokens
+
+
+def test_a_spelled_out_extent_and_what_is_left_of_it():
+    """11008 = 2^8 * 43 has no token: the extent and what is left are spelled out like the factors."""
+    assert S.tile_value_tokens((1, 43, 256)) == (
+        "= NUM> 1 1 0 0 8 <NUM 1 = NUM> 1 1 0 0 8 <NUM 43 = 256 256").split()
 
 
 def test_numbers_are_exact():
@@ -341,7 +354,7 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
     assert recs["excluded"]["reencode_error"].startswith("not a point") and "hash_v1" not in recs["excluded"]["task"]
     assert (root / "metaschedule-32.done").read_text() == f"{new_hash}|cpu|m1\n"
     again = reencode(root, log=lambda m: None)  # nothing left to do but the one it cannot
-    assert (again["already_v2"], again["reencoded"], again["refused"]) == (5, 0, 1)
+    assert (again["already_current"], again["reencoded"], again["refused"]) == (5, 0, 1)
     assert {r["key"] for r in dataset.read(root)} == {r["key"] for r in recs.values()}
 
 

@@ -1,5 +1,10 @@
-"""Re-encode datasets made under tensor sentences v1 as v2 (`tensorlang data reencode DIR...`).
+"""Re-encode datasets made under older tensor sentences in today's (`tensorlang data reencode DIR...`).
 
+v2 -> v3 is a rewrite of the tokens alone (`upgrade_v2`): v3 says at each tile its loop's extent and what
+is left to split after each factor, all of which follow from the factors (they multiply to the extent).
+Nothing else about the record changes (its key, task hash and point stay).
+
+v1 -> today (v1 sentences were decoded and encoded anew, as v2 then; as today's now):
 v1 sentences described the operator lossily (arithmetic, constants, conditions and index
 expressions were dropped), and the task key was a hash of that description, so different
 operators could share a key. Nothing needs measuring again: a record's point is its sketch and
@@ -18,7 +23,7 @@ decisions, which v2 encodes from the operator's file alone.
 
 A record that cannot be re-encoded stays as it was, with `reencode_error` saying why (nothing is
 lost); the summary lists them. The dataset is rewritten beside itself and swapped in at the end
-(as `relabel` does); a record already in v2 is copied unchanged, so a second run changes nothing.
+(as `relabel` does); a record already current is copied unchanged, so a second run changes nothing.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from pathlib import Path
 from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
 
 V1_VERSIONS = ["grammar:1", "vocab:1", "space:1"]
+V2_VERSIONS = ["grammar:2", "vocab:2", "space:2"]
 V1_MAX_INT = 8192
 # The CPU names that had a token in v1 (analysis/targets.py's KNOWN_CPUS then).
 V1_CPUS = ("alderlake", "cascadelake", "haswell", "icelake-server", "sapphirerapids", "skylake", "skylake-avx512",
@@ -190,9 +196,41 @@ class _Refused(Exception):
     pass
 
 
-def is_v2(rec: dict) -> bool:
+def is_current(rec: dict) -> bool:
     from tensorlang.space.sentence import version_tokens
     return rec.get("sentence", "").split(" ", 3)[:3] == version_tokens()[:3]
+
+
+def _is_loop_word(t: str) -> bool:
+    return (t[:1] in ("L", ".") and t[1:].isdigit()) or t in ("&", "free")
+
+
+def upgrade_v2(tokens: list[str]) -> list[str]:
+    """A v2 sentence in v3: after each `TILE <block> <loop> <n>`, `= <extent>` and, after each factor but
+    the last, `= <what is left>` -- from the factors themselves. Raises ValueError on a malformed one."""
+    from tensorlang.space import sentence as S
+    if tokens[:3] != V2_VERSIONS:
+        raise ValueError(f"not a v2 sentence: {' '.join(tokens[:3])}")
+    out = S.version_tokens()[:3] + tokens[3:tokens.index("DECISIONS") + 1]
+    i = len(out)
+    while i < len(tokens):
+        if tokens[i] != "TILE":
+            out.append(tokens[i])
+            i += 1
+            continue
+        j = i + 1
+        while not _is_loop_word(tokens[j]):
+            j += 1
+        while _is_loop_word(tokens[j]):
+            j += 1
+        n, j = S.read_int(tokens, j)
+        factors = []
+        for _ in range(n):
+            f, j = S.read_int(tokens, j)
+            factors.append(f)
+        out += tokens[i:j - sum(len(S.int_tokens(f)) for f in factors)] + S.tile_value_tokens(factors)
+        i = j
+    return out
 
 
 def reencode_record(rec: dict, tasks: _Tasks) -> dict:
@@ -240,6 +278,15 @@ def reencode_record(rec: dict, tasks: _Tasks) -> dict:
     return out
 
 
+def _upgraded_v2(rec: dict) -> dict:
+    from tensorlang.space import sentence as S
+    out = {k: v for k, v in rec.items() if k != "sha256"}
+    out["sentence"] = " ".join(upgrade_v2(rec["sentence"].split()))
+    if "versions" in rec:
+        out["versions"] = S.version_tokens()
+    return out
+
+
 def reencode(root: str | Path, budget_min: float | None = None, log=print) -> dict:
     """Rewrite the dataset at `root` in v2. With `budget_min`, records of tasks first met after that many
     minutes are copied unchanged (v1) and counted as `deferred`: a later run re-encodes them."""
@@ -247,7 +294,7 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
     new = root.with_name(root.name + ".reencode")
     shutil.rmtree(new, ignore_errors=True)
     tasks = _Tasks()
-    counts = {"records": 0, "reencoded": 0, "already_v2": 0, "refused": 0, "deferred": 0, "duplicates": 0}
+    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "already_current": 0, "refused": 0, "deferred": 0, "duplicates": 0}
     refused: dict = {}
     hashes: dict = {}  # (v1 hash, target, machine) -> v2 hashes (for the .done files)
     start = time.time()
@@ -265,8 +312,12 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
                 if len(seen_tasks) % 25 == 0:
                     log(f"  {root}: {len(seen_tasks)} tasks, {counts['records']} records, "
                         f"{time.time() - start:.0f} s")
-            if is_v2(rec):
-                out, kind = rec, "already_v2"
+            if is_current(rec):
+                out, kind = rec, "already_current"
+            elif rec.get("sentence", "").split(" ", 3)[:3] == V2_VERSIONS:
+                out, kind = _upgraded_v2(rec), "upgraded_v2"
+                h = rec["task"]["hash"]  # keys stay: the .done lines map to themselves
+                hashes.setdefault((h, rec["target"], rec.get("machine")), set()).add(h)
             elif task in deferred_tasks:
                 out, kind = rec, "deferred"
             else:

@@ -120,8 +120,8 @@ def refuse_heldout(records: list[dict], heldout: HeldOut, what: str) -> None:
 # ------------------------------------------------------------ the loss mask
 def decision_mask(tokens: list[str]) -> list[bool]:
     """True where the loss goes: the sketch index and each decision's value -- not the prompt, nor the
-    forced heads (SKETCH, DECISIONS, `TILE <block> <loop> <n>`, `UNROLL`, `VECTOR <block>`,
-    `THREADS <block> <loop>`, `LOC <block>`), nor [EOS]."""
+    forced heads (SKETCH, DECISIONS, `TILE <block> <loop> <n>`, `UNROLL`, `VECTOR <block>`, `THREADS <block>
+    <loop>`, `LOC <block>`), nor a tile's `= <extent>` and `= <what is left>`, nor [EOS]."""
     mask = [False] * len(tokens)
     try:
         i = tokens.index("SKETCH")
@@ -137,7 +137,22 @@ def decision_mask(tokens: list[str]) -> list[bool]:
         e = starts[n + 1] if n + 1 < len(starts) else end
         for k in range(_value_start(tokens, s, e), e):
             mask[k] = True
+        if tokens[s] == "TILE":  # `= <extent>` and `= <what is left>` are forced: no loss on them
+            k = _value_start(tokens, s, e)
+            while k < e:
+                if tokens[k] == "=":
+                    end_int = _int_end(tokens, k + 1)
+                    for j in range(k, end_int):
+                        mask[j] = False
+                    k = end_int
+                else:
+                    k += 1
     return mask
+
+
+def _int_end(tokens: list[str], k: int) -> int:
+    """Just past the integer starting at k (NUM> ... <NUM, or one token)."""
+    return tokens.index("<NUM", k) + 1 if tokens[k] == "NUM>" else k + 1
 
 
 def _is_loop_word(t: str) -> bool:
@@ -165,15 +180,13 @@ def _value_start(tokens: list[str], s: int, e: int) -> int:
         while k < e and not (tokens[k] in ("inline", "root") or (tokens[k][:1] == "t" and tokens[k][1:].isdigit())):
             k += 1
         return k
-    # TILE <block> <loop words> <n> <n factors>
+    # TILE <block> <loop words> <n>, then `= <extent>` and the factors (with `= <what is left>` between them)
     k = s + 2
     while k < e and not _is_loop_word(tokens[k]):
         k += 1
     while k < e and _is_loop_word(tokens[k]):
         k += 1
-    if k < e and tokens[k] == "NUM>":
-        k = tokens.index("<NUM", k)
-    return k + 1
+    return _int_end(tokens, k)
 
 
 # ------------------------------------------------------------------ examples

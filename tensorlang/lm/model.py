@@ -17,7 +17,7 @@ from pathlib import Path
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "checkpoints" / "default"
 CARD_JSON, CARD_MD = "model_card.json", "README.md"
-N_POSITIONS = 768  # the longest v2 sentence of the corpora is 457 tokens (+ the quality token)
+N_POSITIONS = 768  # the longest v3 sentence of the corpora is 515 tokens (+ the quality token)
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 
 

@@ -2,11 +2,12 @@
 
     <versions> TARGET <features> OP <operator> SKETCH k DECISIONS <decision>* [EOS]
 
-Version 2 (docs/language.md §9 has the grammar and an example). The prompt (everything before
+Version 3 (docs/language.md §9 has the grammar and an example; v3 is v2 with the extents said at each tile). The prompt (everything before
 SKETCH) says everything about the task, so that the operator can be rebuilt from it alone
 (`op_source`) and the task key is a hash of it:
 
-- versions: `grammar:2 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused;
+- versions: `grammar:3 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
+  (`tensorlang data reencode` rewrites v1 and v2 datasets);
 - target: LLVM's CPU name where it has a token (`cpu:znver4`, else `cpu:generic`), cores, vector
   width, L1d/L2 per core and the SIMD families (`isa:avx512f` ...), so CPUs without a token of
   their own are still told apart; for CUDA the architecture and the limits the space uses;
@@ -17,7 +18,10 @@ SKETCH) says everything about the task, so that the operator can be rebuilt from
   integers exact, floats one token for a small table, else `FLT m e` (exactly m * 10**e); then
   `OUT` and the outputs;
 - schedule: the sketch, then each decision introduced by its instruction and subject:
-  `TILE <block> <loop> <n>` and the n factors; `UNROLL`, `VECTOR <block>`, `THREADS <block> <loop>`
+  `TILE <block> <loop> <n>`, `= <extent>` and the n factors, each but the last followed by `= <what is
+  left to split>` (`TILE t3 L1 4 = 64 1 = 64 4 = 16 2 = 8 8`: the extent and the rest are forced tokens,
+  there so that a small model sees at each factor what it divides -- v2 left it to find the extent in
+  the prompt, and a 3-layer model chose the same factors for every shape); `UNROLL`, `VECTOR <block>`, `THREADS <block> <loop>`
   and the value chosen (not its index); `LOC <block>` and the site: `inline`, `root`, or
   `<block> <loop>`. Blocks are tensors plus the words of blocks a sketch made (`t3 rf`, `t0 shared`);
   a loop is named by the block iterators it runs over: `L4` (the whole of L4), `L4 .1` (the second
@@ -45,7 +49,7 @@ from tensorlang.analysis.targets import GPU_DEFAULTS, KNOWN_CPUS
 from tensorlang.parser import ast as A
 from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space
 
-GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 2, 2, 2
+GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 3, 2, 2
 MAX_TENSORS, MAX_LOOPS, MAX_PARTS = 64, 16, 16
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[SEP]", "[MASK]", "[CLS]"]
 QUALITY = ["Q0", "Q1", "Q2", "Q3"]  # measured-quality buckets, reserved for the model's prompts
@@ -715,9 +719,23 @@ def decision_head(space: Space, sketch: int, k: int, point: DecisionPoint) -> tu
     return ("LOC", *block_tokens(point.placed, _info(space)["ids"]))
 
 
+def tile_value_tokens(factors) -> list[str]:
+    """`= <extent>`, then each factor and, but after the last, `= <what is left to split>`."""
+    left = 1
+    for f in factors:
+        left *= f
+    out = ["="] + int_tokens(left)
+    for i, f in enumerate(factors):
+        out += int_tokens(f)
+        left //= f
+        if i + 1 < len(factors):
+            out += ["="] + int_tokens(left)
+    return out
+
+
 def value_tokens(space: Space, point: DecisionPoint, value) -> list[str]:
     if point.kind == TILE:
-        return [t for f in value for t in int_tokens(f)]
+        return tile_value_tokens(value)
     seqs = categorical_values(point) if point.kind == CATEGORICAL else site_values(space, point)
     for s, v in seqs:
         if v == value:
@@ -837,12 +855,16 @@ class _Choice:
 
 
 class _TileChoice:
-    """A tile's factors one token each (a factor outside INTS: NUM> digits <NUM), narrowed factor by factor."""
+    """A tile's factors one token each (a factor outside INTS: NUM> digits <NUM), narrowed factor by factor;
+    before the first, `= <extent>`, and after each but the last, `= <what is left>` (forced: `pending`)."""
 
     def __init__(self, domain, n: int):
         self.cands, self.n, self.factors, self.num = list(domain), n, [], []
+        self.pending = ["="] + int_tokens(_product(self.cands[0])) if self.cands else []
 
     def allowed(self) -> set[str]:
+        if self.pending:
+            return {self.pending[0]}
         k, m = len(self.factors), len(self.num)
         values = {f[k] for f in self.cands}
         if not m:
@@ -850,6 +872,9 @@ class _TileChoice:
         return {int_tokens(v)[m] for v in values if int_tokens(v)[:m] == self.num}
 
     def push(self, tok: str):
+        if self.pending:
+            self.pending.pop(0)
+            return False, None
         self.num.append(tok)
         k = len(self.factors)
         match = [v for v in {f[k] for f in self.cands} if int_tokens(v) == self.num]
@@ -858,7 +883,17 @@ class _TileChoice:
         self.factors.append(match[0])
         self.num = []
         self.cands = [f for f in self.cands if f[k] == match[0]]
-        return (True, tuple(self.factors)) if len(self.factors) == self.n else (False, None)
+        if len(self.factors) == self.n:
+            return True, tuple(self.factors)
+        self.pending = ["="] + int_tokens(_product(self.cands[0][k + 1:]))
+        return False, None
+
+
+def _product(factors) -> int:
+    out = 1
+    for f in factors:
+        out *= f
+    return out
 
 
 class _Replay:
@@ -1155,7 +1190,7 @@ class NextTokens:
 def _copy_choice(c):
     if isinstance(c, _TileChoice):
         out = _TileChoice((), c.n)
-        out.cands, out.factors, out.num = list(c.cands), list(c.factors), list(c.num)
+        out.cands, out.factors, out.num, out.pending = list(c.cands), list(c.factors), list(c.num), list(c.pending)
         return out
     out = _Choice(list(c.seqs))
     out.pos = c.pos
