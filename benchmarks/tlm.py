@@ -14,7 +14,9 @@ Tasks (all on this CPU, target llvm = the host):
 Policies per task:
 - `tlm`: the model's greedy, constrained schedule (one pass); `tlm:8`: its 8 distinct candidates (greedy
   + seeded samples) measured with the harness, the fastest kept (its schedule time includes that);
-- `tlm-best-only` (`--ablation DIR`): a model fine-tuned on the best record per task alone (OSDI'24);
+- the ablation (`--ablation DIR`), the other fine-tuning recipe from the same pre-training: `tlm-best-only`
+  (the best record per task alone, OSDI'24) or `tlm-quality` (every record, prefixed by its quality token),
+  named from its model card;
 - `tlm-untrained`: a randomly initialised model of the same size with the same decoder -- the floor a
   trained model must clear;
 - `random` (a uniform sample of the space), `roller`, `default` (TVM without search);
@@ -400,7 +402,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", action="append", choices=("heldout", "indist"))
     ap.add_argument("--model", help="the model (default: the shipped checkpoint)")
-    ap.add_argument("--ablation", help="a best-record-only fine-tuned model of the same pre-training")
+    ap.add_argument("--ablation", help="a model of the same pre-training fine-tuned by the other recipe")
     ap.add_argument("--trials", type=int, action="append", help="MetaSchedule trials (default 64)")
     ap.add_argument("--skip-ms", action="store_true", help="no MetaSchedule (e.g. a quick run)")
     ap.add_argument("--ms-sets", default="heldout", help="the task sets MetaSchedule runs on (comma-separated; "
@@ -438,22 +440,26 @@ def main(argv=None) -> int:
     untrained = Path(tempfile.mkdtemp(prefix="tlm-untrained-"))
     M.save(M.build(size, seed=0), untrained, {"size": size, "stages": [], "note": "random initialisation"})
     gens["tlm-untrained"] = Generator(untrained)
+    ablation = None
     if args.ablation:
-        gens["tlm-best-only"] = Generator(args.ablation)
+        g = Generator(args.ablation)
+        best_only = any(st.get("best_only") for st in g.card.get("stages", []) if st.get("stage") == "finetune")
+        ablation = "tlm-best-only" if best_only else "tlm-quality"
+        gens[ablation] = g
     trials = args.trials or [64]
-    policies = (["tlm", "tlm:8"] + [p for p in ("tlm-best-only", "tlm-untrained") if p in gens]
+    policies = (["tlm", "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens]
                 + ["random", "roller", "default"] + ([] if args.skip_ms else [f"metaschedule:{n}" for n in trials])
                 + ["torch"])
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
-    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), ("tlm-best-only", gens.get("tlm-best-only"))):
+    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (ablation, gens.get(ablation))):
         if g is not None and cache.get(f"model|{p}") != g.name:
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
             cache.put(f"model|{p}", g.name)
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "model": gens["tlm"].name, "model_dir": str(model_dir),
-              "ablation": gens["tlm-best-only"].name if "tlm-best-only" in gens else None,
+              "ablation": {ablation: gens[ablation].name} if ablation else None,
               "imports_s": {"torch": round(import_torch_s, 2), "transformers": round(import_transformers_s, 2),
                             "tvm": round(import_tvm_s, 2)},
               "model_load_s": {k: round(v, 3) for k, v in load.items()}, "policies": policies, "sets": {}}
