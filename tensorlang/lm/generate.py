@@ -208,8 +208,10 @@ class Generator:
         batch = torch.tensor([s + [pad] * (longest - len(s)) for s in seqs], device=self.device)
         cache = copy.deepcopy(past)
         cache.batch_repeat_interleave(len(seqs))
+        # padding is at the end and never read: every position attends to all before it
+        mask = torch.ones((len(seqs), cache.get_seq_length() + longest - 1), dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            out = self.model(input_ids=batch[:, :-1], use_cache=True, **{_CACHE_ARG: cache})
+            out = self.model(input_ids=batch[:, :-1], attention_mask=mask, use_cache=True, **{_CACHE_ARG: cache})
         logits = out.logits.float()
         scores = []
         for b, s in enumerate(seqs):
