@@ -358,6 +358,38 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
     assert {r["key"] for r in dataset.read(root)} == {r["key"] for r in recs.values()}
 
 
+def test_reencode_upgrades_v2_records_in_place_of_keys(tmp_path):
+    """A v2 dataset: each record's sentence gains its tiles' extents (decoding to the stored point), its
+    versions are today's, and nothing else changes -- key, task hash, the .done lines; a second run copies."""
+    import re
+
+    from tensorlang.data import dataset
+    from tensorlang.data.reencode import reencode
+    doc, op = op_of(PADDED_CONV)
+    space = Space(op, doc.primfunc("pc"), doc.model.targets["cpu"])
+    points, _ = space.sample(3, seed=2)
+    root, h = tmp_path / "measured", op_hash(op)
+    with dataset.Writer(root) as w:
+        for n, p in enumerate(points):
+            prompt, sched = S.split(S.encode(space, p))
+            v2 = ["grammar:2"] + prompt[1:] + re.sub(r"= (NUM> [-0-9 ]+ <NUM|\S+) ", "", " ".join(sched) + " ").split()
+            w.append({"key": f"k{n}", "task": {"file": "pc.tsched", "op": "pc", "hash": h}, "target": "llvm",
+                      "machine": "m1", "sketch": p.sketch, "status": "ok", "sentence": " ".join(v2),
+                      "versions": ["grammar:2", "vocab:2", "space:2"],
+                      "decisions": [list(d) if isinstance(d, tuple) else d for d in p.decisions]})
+        w.close(compress_open=True)
+    (root / "metaschedule-64.done").write_text(f"{h}|llvm|m1\n")
+    summary = reencode(root, log=lambda m: None)
+    assert (summary["records"], summary["upgraded_v2"], summary["refused"], summary["done_lines_unmapped"]) == (3, 3, 0, [])
+    recs = {r["key"]: r for r in dataset.read(root)}
+    for n, p in enumerate(points):
+        r = recs[f"k{n}"]
+        assert r["sentence"].split() == S.encode(space, p) and r["versions"] == S.version_tokens()
+        assert S.decode(space, r["sentence"].split()) == (p.sketch, p.decisions) and r["task"]["hash"] == h
+    assert (root / "metaschedule-64.done").read_text() == f"{h}|llvm|m1\n"
+    assert reencode(root, log=lambda m: None)["already_current"] == 3
+
+
 def test_space_cli_prints_sentences_and_the_prompt(softmax):
     import subprocess
     import sys
