@@ -266,6 +266,9 @@ def test_next_tokens_are_exactly_the_domain(file, op, target):
                 nt.push(next(iter(nt.allowed())))
             if point.kind == "tile":
                 for k, f in enumerate(value):
+                    while nt._choice.pending:  # `= <extent>` / `= <what is left>`: forced
+                        assert len(nt.allowed()) == 1
+                        nt.push(next(iter(nt.allowed())))
                     assert nt.allowed() == {str(d[k]) for d in point.domain if d[:k] == value[:k]}
                     nt.push(str(f))
             elif point.kind == "categorical":
