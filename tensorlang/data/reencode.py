@@ -294,7 +294,8 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
     new = root.with_name(root.name + ".reencode")
     shutil.rmtree(new, ignore_errors=True)
     tasks = _Tasks()
-    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "already_current": 0, "refused": 0, "deferred": 0, "duplicates": 0}
+    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "already_current": 0, "refused": 0, "deferred": 0,
+              "duplicates": 0}
     refused: dict = {}
     hashes: dict = {}  # (v1 hash, target, machine) -> v2 hashes (for the .done files)
     start = time.time()

@@ -2,9 +2,9 @@
 
     <versions> TARGET <features> OP <operator> SKETCH k DECISIONS <decision>* [EOS]
 
-Version 3 (docs/language.md §9 has the grammar and an example; v3 is v2 with the extents said at each tile). The prompt (everything before
-SKETCH) says everything about the task, so that the operator can be rebuilt from it alone
-(`op_source`) and the task key is a hash of it:
+Version 3 (docs/language.md §9 has the grammar and an example; v3 is v2 with each tile's extents said).
+The prompt (everything before SKETCH) says everything about the task, so that the operator can be
+rebuilt from it alone (`op_source`) and the task key is a hash of it:
 
 - versions: `grammar:3 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
   (`tensorlang data reencode` rewrites v1 and v2 datasets);
@@ -21,8 +21,8 @@ SKETCH) says everything about the task, so that the operator can be rebuilt from
   `TILE <block> <loop> <n>`, `= <extent>` and the n factors, each but the last followed by `= <what is
   left to split>` (`TILE t3 L1 4 = 64 1 = 64 4 = 16 2 = 8 8`: the extent and the rest are forced tokens,
   there so that a small model sees at each factor what it divides -- v2 left it to find the extent in
-  the prompt, and a 3-layer model chose the same factors for every shape); `UNROLL`, `VECTOR <block>`, `THREADS <block> <loop>`
-  and the value chosen (not its index); `LOC <block>` and the site: `inline`, `root`, or
+  the prompt, and a 3-layer model chose the same factors for every shape); `UNROLL`, `VECTOR <block>`,
+  `THREADS <block> <loop>` and the value chosen (not its index); `LOC <block>` and the site: `inline`, `root`, or
   `<block> <loop>`. Blocks are tensors plus the words of blocks a sketch made (`t3 rf`, `t0 shared`);
   a loop is named by the block iterators it runs over: `L4` (the whole of L4), `L4 .1` (the second
   of the loops L4 is split into), `L2 & L3` (a fusion).
@@ -35,6 +35,7 @@ replaying the sketch incrementally; forced tokens (one legal choice) are flagged
 from __future__ import annotations
 
 import decimal
+import math
 import queue
 import threading
 import weakref
@@ -721,9 +722,7 @@ def decision_head(space: Space, sketch: int, k: int, point: DecisionPoint) -> tu
 
 def tile_value_tokens(factors) -> list[str]:
     """`= <extent>`, then each factor and, but after the last, `= <what is left to split>`."""
-    left = 1
-    for f in factors:
-        left *= f
+    left = math.prod(factors)
     out = ["="] + int_tokens(left)
     for i, f in enumerate(factors):
         out += int_tokens(f)
@@ -860,7 +859,7 @@ class _TileChoice:
 
     def __init__(self, domain, n: int):
         self.cands, self.n, self.factors, self.num = list(domain), n, [], []
-        self.pending = ["="] + int_tokens(_product(self.cands[0])) if self.cands else []
+        self.pending = ["="] + int_tokens(math.prod(self.cands[0])) if self.cands else []
 
     def allowed(self) -> set[str]:
         if self.pending:
@@ -885,15 +884,8 @@ class _TileChoice:
         self.cands = [f for f in self.cands if f[k] == match[0]]
         if len(self.factors) == self.n:
             return True, tuple(self.factors)
-        self.pending = ["="] + int_tokens(_product(self.cands[0][k + 1:]))
+        self.pending = ["="] + int_tokens(math.prod(self.cands[0][k + 1:]))
         return False, None
-
-
-def _product(factors) -> int:
-    out = 1
-    for f in factors:
-        out *= f
-    return out
 
 
 class _Replay:
