@@ -201,10 +201,6 @@ def is_current(rec: dict) -> bool:
     return rec.get("sentence", "").split(" ", 3)[:3] == version_tokens()[:3]
 
 
-def _is_loop_word(t: str) -> bool:
-    return (t[:1] in ("L", ".") and t[1:].isdigit()) or t in ("&", "free")
-
-
 def upgrade_v2(tokens: list[str]) -> list[str]:
     """A v2 sentence in v3: after each `TILE <block> <loop> <n>`, `= <extent>` and, after each factor but
     the last, `= <what is left>` -- from the factors themselves. Raises ValueError on a malformed one."""
@@ -219,9 +215,9 @@ def upgrade_v2(tokens: list[str]) -> list[str]:
             i += 1
             continue
         j = i + 1
-        while not _is_loop_word(tokens[j]):
+        while not S.is_loop_word(tokens[j]):
             j += 1
-        while _is_loop_word(tokens[j]):
+        while S.is_loop_word(tokens[j]):
             j += 1
         n, j = S.read_int(tokens, j)
         factors = []

@@ -155,10 +155,6 @@ def _int_end(tokens: list[str], k: int) -> int:
     return tokens.index("<NUM", k) + 1 if tokens[k] == "NUM>" else k + 1
 
 
-def _is_loop_word(t: str) -> bool:
-    return (t[:1] in ("L", ".") and t[1:].isdigit()) or t in ("&", "free")
-
-
 def _int_start(tokens: list[str], e: int) -> int:
     """Where the integer ending just before e starts (NUM> ... <NUM, or one token)."""
     if tokens[e - 1] == "<NUM":
@@ -170,6 +166,7 @@ def _int_start(tokens: list[str], e: int) -> int:
 
 
 def _value_start(tokens: list[str], s: int, e: int) -> int:
+    from tensorlang.space import sentence as S
     head = tokens[s]
     if head in ("UNROLL", "UNROLL_IMPLICIT", "CAT", "UNUSED"):
         return s + 1
@@ -182,9 +179,9 @@ def _value_start(tokens: list[str], s: int, e: int) -> int:
         return k
     # TILE <block> <loop words> <n>, then `= <extent>` and the factors (with `= <what is left>` between them)
     k = s + 2
-    while k < e and not _is_loop_word(tokens[k]):
+    while k < e and not S.is_loop_word(tokens[k]):
         k += 1
-    while k < e and _is_loop_word(tokens[k]):
+    while k < e and S.is_loop_word(tokens[k]):
         k += 1
     return _int_end(tokens, k)
 

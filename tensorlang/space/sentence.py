@@ -720,6 +720,11 @@ def decision_head(space: Space, sketch: int, k: int, point: DecisionPoint) -> tu
     return ("LOC", *block_tokens(point.placed, _info(space)["ids"]))
 
 
+def is_loop_word(t: str) -> bool:
+    """A word of a loop's name in a decision: `L4`, `.1`, `&`, `free`."""
+    return (t[:1] in ("L", ".") and t[1:].isdigit()) or t in ("&", "free")
+
+
 def tile_value_tokens(factors) -> list[str]:
     """`= <extent>`, then each factor and, but after the last, `= <what is left to split>`."""
     left = math.prod(factors)
