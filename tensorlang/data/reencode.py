@@ -220,17 +220,18 @@ def upgrade_v2(tokens: list[str]) -> list[str]:
         while S.is_loop_word(tokens[j]):
             j += 1
         n, j = S.read_int(tokens, j)
+        out += tokens[i:j]  # the head, as it was
         factors = []
         for _ in range(n):
             f, j = S.read_int(tokens, j)
             factors.append(f)
-        out += tokens[i:j - sum(len(S.int_tokens(f)) for f in factors)] + S.tile_value_tokens(factors)
+        out += S.tile_value_tokens(factors)
         i = j
     return out
 
 
 def reencode_record(rec: dict, tasks: _Tasks) -> dict:
-    """The record in v2 (raises _Refused with the reason it cannot be)."""
+    """A v1 record in today's sentences (raises _Refused with the reason it cannot be)."""
     from tensorlang.data.collect import op_hash, record_key
     from tensorlang.space import sentence as S
     from tensorlang.space.space import Point
@@ -284,7 +285,7 @@ def _upgraded_v2(rec: dict) -> dict:
 
 
 def reencode(root: str | Path, budget_min: float | None = None, log=print) -> dict:
-    """Rewrite the dataset at `root` in v2. With `budget_min`, records of tasks first met after that many
+    """Rewrite the dataset at `root` in today's sentences. With `budget_min`, records of tasks first met after that many
     minutes are copied unchanged (v1) and counted as `deferred`: a later run re-encodes them."""
     root = Path(root)
     new = root.with_name(root.name + ".reencode")
