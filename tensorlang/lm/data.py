@@ -135,18 +135,13 @@ def decision_mask(tokens: list[str]) -> list[bool]:
     end = tokens.index("[EOS]", j) if "[EOS]" in tokens[j:] else len(tokens)
     for n, s in enumerate(starts):
         e = starts[n + 1] if n + 1 < len(starts) else end
-        for k in range(_value_start(tokens, s, e), e):
+        k = _value_start(tokens, s, e)
+        while k < e:
+            if tokens[k] == "=":  # a tile's `= <extent>` / `= <what is left>`: forced, no loss
+                k = _int_end(tokens, k + 1)
+                continue
             mask[k] = True
-        if tokens[s] == "TILE":  # `= <extent>` and `= <what is left>` are forced: no loss on them
-            k = _value_start(tokens, s, e)
-            while k < e:
-                if tokens[k] == "=":
-                    end_int = _int_end(tokens, k + 1)
-                    for j in range(k, end_int):
-                        mask[j] = False
-                    k = end_int
-                else:
-                    k += 1
+            k += 1
     return mask
 
 
