@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MODELS = ("resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama7b-layer")
+MODELS = ("resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama7b-layer", "tinyllama-layer")
 VISION = ("resnet50", "mobilenetv2", "efficientnet-b0")
 
 DEFAULT_SEQ = 128
@@ -83,6 +83,19 @@ def build(name: str, batch: int = 1, seq: int | None = None, small: bool = False
         cfg._attn_implementation = "eager"
         model = tf.GPT2LMHeadModel(cfg)
         keys = ["n_embd", "n_layer", "n_head", "vocab_size", "n_positions", "activation_function"]
+    elif name == "tinyllama-layer":
+        # One decoder layer with TinyLlama-1.1B's dimensions: grouped-query attention (4 key/value heads for
+        # 32 query heads) and an MLP width, 5632 = 2^9 * 11, that is not a product of small primes -- training
+        # shapes whose extents are not themselves good tile factors (the training models' widths are 7-smooth).
+        cfg = (tf.LlamaConfig(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2,
+                              num_hidden_layers=1, vocab_size=100, max_position_embeddings=64) if small
+               else tf.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=32,
+                                   num_key_value_heads=4, num_hidden_layers=1, vocab_size=32000,
+                                   max_position_embeddings=2048, rms_norm_eps=1e-5))
+        cfg._attn_implementation = "eager"
+        model = tf.LlamaModel(cfg)
+        keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+                "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act"]
     else:  # one decoder layer with LLaMA-7B's dimensions (LlamaConfig's defaults are LLaMA-7B's)
         cfg = (tf.LlamaConfig(hidden_size=64, intermediate_size=172, num_attention_heads=4, num_key_value_heads=4,
                               num_hidden_layers=1, vocab_size=100, max_position_embeddings=64) if small
