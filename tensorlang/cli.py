@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from tensorlang import api
@@ -625,12 +627,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so that it ends a command as Ctrl-C does: context managers
+    close (a collect's build workers and kernel runners are killed with it, not orphaned), finished work is
+    kept."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         return args.func(args)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
+    except Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -642,6 +658,9 @@ def main(argv=None) -> int:
     except Exception as e:  # a bug of ours: say so plainly, never a traceback
         print(f"tensorlang: error: TS900 internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,38 @@ def test_collect_resumes_after_kills_without_duplicates(tmp_path):
     assert "'written': 0" in again.stdout and "'skipped': 6" in again.stdout
 
 
+def test_sigterm_ends_a_collect_with_its_workers_and_keeps_what_it_measured(tmp_path):
+    """`kill -TERM` of a collect (what a job runner sends) ends it as Ctrl-C does: its build workers and kernel
+    runners go with it instead of living on as orphans, and a rerun measures only what is left."""
+    import psutil
+    tasks, env = rowsum_tasks(tmp_path)
+    out = tmp_path / "measured"
+    cmd = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "8",
+           "--batch", "2", "--repeat", "2", "-o", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        parent, workers, deadline = psutil.Process(p.pid), [], time.monotonic() + 120
+        while time.monotonic() < deadline and not (len(workers) >= 2 and list(dataset.read(out))):
+            time.sleep(0.5)  # until the build pool and a kernel runner are up and a record is written
+            workers = parent.children(recursive=True)
+        assert len(workers) >= 2 and p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+        gone, alive = psutil.wait_procs(workers, timeout=15)
+        assert alive == []
+    finally:  # whatever is left of the run's process group (all of it, when the test fails)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    first = len(list(dataset.read(out)))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    keys = [x["key"] for x in dataset.read(out)]
+    assert len(keys) == len(set(keys)) == 8 and f"'skipped': {first}" in r.stdout
+
+
 def test_data_stats_json_keys(tmp_path):
     out = subprocess.run([sys.executable, "-m", "tensorlang", "data", "stats", "--json", "--measured",
                           str(tmp_path), "--pretrain", str(tmp_path)], capture_output=True, text=True, timeout=120)
