@@ -494,6 +494,23 @@ def test_editor_generation_keeps_what_is_written_and_names_the_model(tiny, monke
     G._DEFAULT.clear()
 
 
+def test_finetune_on_one_cpus_records(tiny, corpus, tmp_path):
+    """--host-cpu: a fine-tune on the records one CPU timed alone (a model that has not seen this machine's CPU,
+    for the new-hardware comparison); the card says which CPUs, so TS410 can name the rest as untuned."""
+    from tensorlang.data.dataset import read
+    from tensorlang.lm import model as M
+    from tensorlang.lm import train as T
+    recs = [dict(r, host={"cpu": ("znver4", "znver3")[n % 2], "id": f"m{n % 2}"}, machine=f"m{n % 2}")
+            for n, r in enumerate(read(corpus / "measured"))]
+    measured = _write_records(tmp_path / "measured", [{k: v for k, v in r.items() if k != "sha256"} for r in recs])
+    entry = T.train("finetune", tmp_path / "ft", init=tiny[0] / "pre", epochs=1, save_steps=1000, best_only=True,
+                    measured_dirs=[measured], split_path=corpus / "split.json", host_cpus=["znver4"],
+                    log=lambda *a, **k: None)
+    assert entry["hosts"] == {"znver4": entry["train_examples"]} and entry["host_cpus_only"] == ["znver4"]
+    assert entry["records"] == 2  # the best znver4 record of each of the two tasks
+    assert M.tuned_cpus(M.read_card(tmp_path / "ft")) == {"znver4"}
+
+
 def test_untuned_cpu_is_said_once(tiny, monkeypatch):
     """TS410: a model whose fine-tuning saw no measurement from the target's CPU says so, once per process."""
     from tensorlang.baselines import tlm as B

@@ -72,10 +72,12 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
           logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
-          log=print) -> dict:
+          host_cpus=None, log=print) -> dict:
     """Run one stage; returns its entry of the model card (also written to OUT).
     `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
-    OSDI'24 recipe, for the ablation against quality conditioning."""
+    OSDI'24 recipe, for the ablation against quality conditioning. `host_cpus` (finetune): only the records
+    timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement of this machine's CPU, to show
+    what adapting it to a new CPU gains."""
     if stage not in ("pretrain", "finetune"):
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
     import torch
@@ -93,6 +95,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     else:
         records = D.measured_records(measured_dirs)
         D.refuse_heldout(records, heldout, f"train --stage finetune ({', '.join(map(str, measured_dirs))})")
+        if host_cpus:
+            records = [r for r in records if (r.get("host") or {}).get("cpu") in set(host_cpus)]
         if best_only:
             records = D.best_records(records)
         corpus = D.build(records, not best_only, heldout, max_tokens=max_tokens, seed=seed,
@@ -166,6 +170,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
              else round(float(val_loss), 4), "seed": seed, "device": "cuda" if cuda else "cpu",
              "resumed_from": str(last) if last else None, "stopped_by_time": state.global_step < steps,
              **({"best_only": True} if best_only else {}),
+             **({"host_cpus_only": sorted(host_cpus)} if host_cpus and stage == "finetune" else {}),
              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
     if stage == "pretrain":
         entry["heldout_tasks_unmeasured_samples"] = ("excluded" if exclude_heldout_pretrain else
@@ -215,6 +220,7 @@ def main_train(args) -> int:
               epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
               measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
               exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype, best_only=args.best_only,
+              host_cpus=args.host_cpu,
               log=lambda *a, **k: print(*a, **k))
     except HeldOutRefused as e:
         print(f"tensorlang train: error: {e}", file=sys.stderr)
@@ -241,6 +247,8 @@ def add_arguments(p) -> None:
     p.add_argument("--epochs", type=float, default=None, help="passes over the stage's sentences (1 / 4)")
     p.add_argument("--pretrain", action="append", help="pre-training dataset dirs (default data/pretrain/*)")
     p.add_argument("--measured", action="append", help="measured dataset dirs (default data/measured/*)")
+    p.add_argument("--host-cpu", action="append", metavar="CPU",
+                   help="finetune: only the records timed on this CPU (LLVM name, e.g. znver4; repeatable)")
     p.add_argument("--split", default="data/split.json", help="the held-out split")
     p.add_argument("--exclude-heldout", action="store_true",
                    help="also keep the held-out tasks' unmeasured samples out of pre-training")
