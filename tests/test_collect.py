@@ -157,6 +157,46 @@ def test_sigterm_ends_a_collect_with_its_workers_and_keeps_what_it_measured(tmp_
     assert len(keys) == len(set(keys)) == 8 and f"'skipped': {first}" in r.stdout
 
 
+def test_candidates_are_the_seeded_samples_and_measured_ones_are_not_replayed(monkeypatch):
+    """candidates_for draws decisions first: the same candidates as roller + `space.sample(count, seed)`, and
+    the ones already measured are left out before any replay (a rerun used to re-sample them all)."""
+    from tensorlang import api
+    from tensorlang.baselines.roller import roller_point
+    from tensorlang.data.collect import candidates_for, task_hash
+    from tensorlang.space.space import Space
+    doc = api.load(ROOT / "examples" / "softmax.tsched")
+    space = Space(doc.model.ops["softmax"], doc.primfunc("softmax"), doc.model.targets["cpu"])
+    key = task_hash(space)
+    cands, known = candidates_for(space, key, 10)
+    roller = roller_point(space)
+    samples, _ = space.sample(10, seed=int(key, 16) % (1 << 31))
+    want = [(roller.sketch, roller.decisions)] + [(p.sketch, p.decisions) for p in samples
+                                                   if (p.sketch, p.decisions) != (roller.sketch, roller.decisions)]
+    assert [(p.sketch, p.decisions) for _, p in cands] == want[:10] and known == 0
+    assert [pol for pol, _ in cands] == ["roller"] + ["random"] * 9
+    assert all(p.stmts for _, p in cands)  # replayed in full, with their statements
+    measured = set(want[:4])
+    replays = []
+    real = space.replay
+    monkeypatch.setattr(space, "replay", lambda sketch, choose, **kw: (
+        replays.append(sketch) if kw.get("convert", True) else None, real(sketch, choose, **kw))[1])
+    roller_point(space)
+    by_roller = len(replays)
+    rest, known = candidates_for(space, key, 10, lambda sketch, decisions: (sketch, decisions) in measured)
+    assert [(p.sketch, p.decisions) for _, p in rest] == want[4:10] and known == 4
+    assert len(replays) - 2 * by_roller == 6  # replayed in full: the 6 to measure, not the 3 measured samples
+    # a one-point space gives up after a few draws, not 50 per candidate
+    doc = api.load_text("target cpu = llvm()\n\nop cp(X: f32[4, 4]) -> Y: f32[4, 4] {\n    Y[i, j] = X[i, j]\n}\n",
+                        "cp.tsched")
+    small = Space(doc.model.ops["cp"], doc.primfunc("cp"), doc.model.targets["cpu"])
+    bound, _ = small.count(limit=0)
+    calls = []
+    real_small = small.replay
+    monkeypatch.setattr(small, "replay", lambda sketch, choose, **kw: (calls.append(1), real_small(sketch, choose, **kw))[1])
+    points, _ = small.sample(12, seed=0)
+    assert len(points) <= bound and len(calls) <= 30 * bound + 30 + len(small.usable)
+
+
 def test_data_stats_json_keys(tmp_path):
     out = subprocess.run([sys.executable, "-m", "tensorlang", "data", "stats", "--json", "--measured",
                           str(tmp_path), "--pretrain", str(tmp_path)], capture_output=True, text=True, timeout=120)

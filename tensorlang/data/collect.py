@@ -85,22 +85,39 @@ def yield_to_measurements() -> None:
         pass
 
 
-def candidates_for(space, task_key: str, count: int):
-    """The task's candidate points in their fixed order: roller, then seeded random samples."""
+def candidates_for(space, task_key: str, count: int, measured=None):
+    """The task's candidate points in their fixed order: roller, then seeded random samples -- those of
+    `space.sample(count, seed)`, drawn as decisions first (`sample_decisions`: no postprocessors, no
+    conversion; the same draws where no postprocessor refuses, which on CPU none does) so that the ones
+    `measured(sketch, decisions)` says are recorded already are never replayed: a rerun of a collect used
+    to spend 80 % of its time re-sampling the points it had measured. -> (candidates, how many were left
+    out as measured)."""
     from tensorlang.baselines.roller import roller_point
     from tensorlang.space.space import Infeasible
-    out = []
+    out, known = [], 0
     if count <= 0:
-        return out
+        return out, known
     try:
         out.append(("roller", roller_point(space)))
     except Infeasible:
         pass
     seed = int(task_key, 16) % (1 << 31)
-    points, _ = space.sample(count, seed=seed)
     taken = {(p.sketch, p.decisions) for _, p in out}
-    out += [("random", p) for p in points if (p.sketch, p.decisions) not in taken]
-    return out[:count]
+    for sketch, decisions, _ in space.sample_decisions(count, seed=seed):
+        if len(out) + known >= count:
+            break
+        if (sketch, decisions) in taken:
+            continue
+        if measured is not None and measured(sketch, decisions):
+            known += 1
+            continue
+        try:  # replayed in full: postprocessors and the statements the build workers apply
+            out.append(("random", space.replay(sketch, lambda _, made, d=decisions: d[len(made)])))
+        except Infeasible:
+            continue
+    if out and out[0][0] == "roller" and measured is not None and measured(out[0][1].sketch, out[0][1].decisions):
+        out, known = out[1:], known + 1
+    return out, known
 
 
 def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) -> list:
@@ -240,7 +257,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 heldout_writer = heldout_writer or Writer(heldout_dir)
                 out = heldout_writer
             pending, pending_keys = [], set()
-            cands = candidates_for(space, tkey, trials)
+            cands, known = candidates_for(space, tkey, trials, lambda sketch, decisions: record_key(
+                tkey, target, machine, sketch, decisions) in out.keys)
+            skipped += known
             if generator is not None:
                 try:
                     cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))

@@ -118,7 +118,7 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                  "inputs": [t.name for t in op.inputs], "outputs": [t.name for t in op.outputs],
                  "tensors": tensors, "tolerance": {t.name: list(D.TOLERANCE.get(t.dtype, (0, 0)))
                                                    for t in op.outputs}, "candidates": []}
-        for policy, point in candidates_for(space, tkey, per_task):
+        for policy, point in candidates_for(space, tkey, per_task)[0]:
             try:
                 lib = compile_module(point.mod, space.tvm_target)
                 blob = cubin(cuda_source(lib), tgt.params.get("arch", "sm_90"))

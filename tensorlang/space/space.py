@@ -457,7 +457,9 @@ class Space:
         attempts = 0
         if not self.usable:  # every sketch excluded: the operator has no legal schedule in the space
             return [], 0
-        while len(points) < n and attempts < 50 * n + 100:
+        # a small space (a reshape has one point) would otherwise take 50 n replays to give up
+        bound, _ = self.count(limit=0)
+        while len(points) < n and attempts < min(50 * n + 100, 30 * bound + 30):
             attempts += 1
             sketch = rng.choice(self.usable)
             try:
