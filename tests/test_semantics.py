@@ -1,5 +1,7 @@
 """Semantics that the kernel and the NumPy reference must agree on, and the checks that guard them."""
 
+import numpy as np
+
 from tensorlang import api
 
 CPU = 'target cpu = llvm(cores = 1)\n'
@@ -74,3 +76,20 @@ def test_gather_indices_are_drawn_in_range():
     doc = api.load_text(CPU + "op take(W: f32[1000, 16], I: i32[64]) -> Y: f32[64, 16] {\n    Y[i, j] = W[I[i], j]\n}\n")
     idx = interp.random_inputs(doc.model.ops["take"])["I"]
     assert idx.min() >= 0 and idx.max() <= 999 and idx.max() - idx.min() > 500
+
+
+def test_divisors_are_drawn_away_from_zero():
+    """A `/`'s right operand -- read directly, inside an expression, or through a copy (an extracted batch norm's
+    expand_dims) -- gets inputs at least 0.5 from zero; the other inputs stay standard normal."""
+    from tensorlang import interp
+    src = ("op bn(X: f32[64, 32], V: f32[32], E: f32[32], S: f32[32]) -> Y: f32[64, 32] {\n"
+           "    C: f32[1, 32]\n    C[i, j] = S[j]\n"
+           "    Y[i, j] = X[i, j] / V[j] + X[i, j] / (E[j] * 2.0) + X[i, j] / C[0, j]\n}\n")
+    op = api.load_text(CPU + src).model.ops["bn"]
+    assert interp.divisors(op) == {"V", "E", "S"}
+    xs = interp.random_inputs(op)
+    assert all(np.abs(xs[n]).min() >= 0.5 for n in ("V", "E", "S")) and np.abs(xs["X"]).min() < 0.5
+    assert (xs["V"] < 0).any() and (xs["V"] > 0).any()  # signs kept
+    r = run_op(src, "bn")
+    assert r.ok
+
