@@ -103,6 +103,15 @@ def test_quality_buckets_and_records(corpus):
     assert ex.train and all(e["input_ids"][0] in {M_ids(q) for q in ("Q0", "Q1", "Q2", "Q3")} for e in ex.train)
 
 
+def test_best_records_alone_or_within_a_factor_of_the_best(corpus):
+    from tensorlang.lm import data as D
+    recs = D.measured_records([corpus / "measured"])
+    best = D.best_records(recs)
+    assert len(best) == 2 and {r["ratio"] for r in best} == {1.0}
+    near = D.best_records(recs, within=1.15)  # the fixture's ladder: 1.0, 1.1, 1.2, ... x the best
+    assert len(near) == 4 and sorted(round(r["ratio"], 2) for r in near) == [1.0, 1.0, 1.1, 1.1]
+
+
 def test_loss_mask_covers_exactly_the_choices():
     """Labels are -100 on the prompt and on every forced token; every token with more than one legal choice
     (NextTokens) carries its label."""

@@ -98,13 +98,19 @@ def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
     return out
 
 
-def best_records(records: list[dict]) -> list[dict]:
-    """The best record of each task on each machine (ratio 1; the first of ties)."""
+def best_records(records: list[dict], within: float = 1.0) -> list[dict]:
+    """The best record of each task on each machine (ratio 1; the first of ties) -- or, with `within` > 1,
+    every distinct schedule within that factor of it (e.g. 1.05: the ones the timing noise cannot tell
+    from the best)."""
     seen, out = set(), []
     for r in records:
         k = (r["task"]["hash"], r.get("machine"))
-        if r["ratio"] == 1.0 and k not in seen:
-            seen.add(k)
+        if within <= 1.0:
+            if r["ratio"] == 1.0 and k not in seen:
+                seen.add(k)
+                out.append(r)
+        elif r["ratio"] <= within and (k, r["sentence"]) not in seen:
+            seen.add((k, r["sentence"]))
             out.append(r)
     return out
 
