@@ -7,6 +7,11 @@ the other (old first, then new, then old and new again on the second half, so dr
 Figures: wall time per `ok` record for each, their ratio (the speed-up), and for the candidates both
 measured (same task, sketch and decisions) how far their latencies agree (new / old). The new run's
 log says where a batch's time went (builds + reference, check, timing).
+
+`--warm-trials N`: a corpus grows by reruns with more trials, and a rerun skips what is measured. Each
+side's dataset first gets an untimed collect of N trials per task (by its own code), then the timed
+collect of --trials: only the candidates past the first N are measured, and the time a rerun spends on
+the ones it skips counts.
 """
 from __future__ import annotations
 
@@ -65,6 +70,8 @@ def main() -> int:
     ap.add_argument("--new", default=None, help="a commit as the new code (default: this checkout); "
                                                 "--new equal to --old measures the noise floor")
     ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--warm-trials", type=int, default=0,
+                    help="an untimed collect of N trials per task first, on each side (a rerun's case)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "collect_speed.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="collect-speed-"))
@@ -80,13 +87,19 @@ def main() -> int:
         for t in TASKS:  # the old checkout has the workloads too, at the same paths
             assert (old / t).exists(), t
         halves = [TASKS[: len(TASKS) // 2], TASKS[len(TASKS) // 2:]]
+        warm = {}
+        if args.warm_trials:
+            for who, code in (("old", old), ("new", new)):
+                run_collect(code, TASKS, work / f"{who}-data", args.warm_trials, work / f"{who}-warm.log")
+                warm[who] = {point_of(r) for r in read(work / f"{who}-data")}
         wall = {"old": 0.0, "new": 0.0}
         for i, part in enumerate(halves):
             order = ("old", "new") if i == 0 else ("new", "old")
             for who in order:
                 code = old if who == "old" else new
                 wall[who] += run_collect(code, part, work / f"{who}-data", args.trials, work / f"{who}.log")
-        recs = {who: [r for r in read(work / f"{who}-data")] for who in ("old", "new")}
+        recs = {who: [r for r in read(work / f"{who}-data") if point_of(r) not in warm.get(who, ())]
+                for who in ("old", "new")}  # the timed run's records
         ok = {who: {point_of(r): r for r in rs if r["status"] == "ok"} for who, rs in recs.items()}
         shared = sorted(set(ok["old"]) & set(ok["new"]))
         ratios = [ok["new"][p]["median_s"] / ok["old"][p]["median_s"] for p in shared]
@@ -94,7 +107,8 @@ def main() -> int:
         runs = [r.get("runs") for r in recs["new"] if r["status"] == "ok"]
         report = {
             "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
-            "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials, "tasks": TASKS,
+            "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials,
+            "warm_trials": args.warm_trials, "warm_records": {k: len(v) for k, v in warm.items()}, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},
             "records": {who: len(rs) for who, rs in recs.items()}, "ok_records": {who: len(v) for who, v in ok.items()},
             "s_per_ok_record": {k: round(v, 2) for k, v in per_record.items()},
