@@ -503,7 +503,7 @@ def test_editor_generation_keeps_what_is_written_and_names_the_model(tiny, monke
     G._DEFAULT.clear()
 
 
-def test_finetune_on_one_cpus_records(tiny, corpus, tmp_path):
+def test_finetune_on_one_cpus_records(tiny, corpus, tmp_path, monkeypatch, capsys):
     """--host-cpu: a fine-tune on the records one CPU timed alone (a model that has not seen this machine's CPU,
     for the new-hardware comparison); the card says which CPUs, so TS410 can name the rest as untuned."""
     from tensorlang.data.dataset import read
@@ -518,6 +518,20 @@ def test_finetune_on_one_cpus_records(tiny, corpus, tmp_path):
     assert entry["hosts"] == {"znver4": entry["train_examples"]} and entry["host_cpus_only"] == ["znver4"]
     assert entry["records"] == 2  # the best znver4 record of each of the two tasks
     assert M.tuned_cpus(M.read_card(tmp_path / "ft")) == {"znver4"}
+    from tensorlang import cli
+    from tensorlang.baselines import tlm as B
+    from tensorlang.machine import host
+    monkeypatch.setattr(B, "_SAID", set())
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC)
+    capsys.readouterr()
+    assert cli.main(["generate", str(f), "--target", "cpu", "--model", str(tmp_path / "ft")]) == 0
+    err = capsys.readouterr().err
+    untuned = [line for line in err.splitlines() if "TS410" in line]
+    if host().name == "znver4":
+        assert untuned == []
+    else:  # said once, at the first operator, with its place in the file
+        assert len(untuned) == 1 and untuned[0].startswith(f"{f}:6:") and f"none from {host().name}" in untuned[0]
 
 
 def test_untuned_cpu_is_said_once(tiny, monkeypatch):

@@ -82,8 +82,11 @@ def main_generate(args) -> int:
     blocks, status, entries = [], 0, []
     edits = []  # (offset in the file, text inserted there): continuations of written blocks
     src = Path(args.file).read_text()
+    from tensorlang.baselines.tlm import untuned_cpu_note
     for name in names:
         op = doc.model.ops[name]
+        for note in untuned_cpu_note(gen.card, target, op):  # TS410, once per process and CPU
+            print(note.format(str(doc.path)), file=sys.stderr)
         space = Space(op, doc.primfunc(name), target)
         written = _written_block(doc, name, args.target)
         cons = None
