@@ -513,7 +513,8 @@ def test_finetune_on_one_cpus_records(tiny, corpus, tmp_path, monkeypatch, capsy
             for n, r in enumerate(read(corpus / "measured"))]
     measured = _write_records(tmp_path / "measured", [{k: v for k, v in r.items() if k != "sha256"} for r in recs])
     entry = T.train("finetune", tmp_path / "ft", init=tiny[0] / "pre", epochs=1, save_steps=1000, best_only=True,
-                    measured_dirs=[measured], split_path=corpus / "split.json", host_cpus=["znver4"],
+                    measured_dirs=[measured], pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json",
+                    host_cpus=["znver4"],
                     log=lambda *a, **k: None)
     assert entry["hosts"] == {"znver4": entry["train_examples"]} and entry["host_cpus_only"] == ["znver4"]
     assert entry["records"] == 2  # the best znver4 record of each of the two tasks
