@@ -94,29 +94,32 @@ def candidates_for(space, task_key: str, count: int, measured=None):
     out as measured)."""
     from tensorlang.baselines.roller import roller_point
     from tensorlang.space.space import Infeasible
-    out, known = [], 0
+    out, known, taken = [], 0, set()
     if count <= 0:
         return out, known
+    is_measured = measured or (lambda sketch, decisions: False)
     try:
-        out.append(("roller", roller_point(space)))
+        roller = roller_point(space)
+        taken.add((roller.sketch, roller.decisions))
+        if is_measured(roller.sketch, roller.decisions):
+            known += 1
+        else:
+            out.append(("roller", roller))
     except Infeasible:
         pass
     seed = int(task_key, 16) % (1 << 31)
-    taken = {(p.sketch, p.decisions) for _, p in out}
     for sketch, decisions, _ in space.sample_decisions(count, seed=seed):
         if len(out) + known >= count:
             break
         if (sketch, decisions) in taken:
             continue
-        if measured is not None and measured(sketch, decisions):
+        if is_measured(sketch, decisions):
             known += 1
             continue
         try:  # replayed in full: postprocessors and the statements the build workers apply
             out.append(("random", space.replay(sketch, lambda _, made, d=decisions: d[len(made)])))
         except Infeasible:
             continue
-    if out and out[0][0] == "roller" and measured is not None and measured(out[0][1].sketch, out[0][1].decisions):
-        out, known = out[1:], known + 1
     return out, known
 
 
