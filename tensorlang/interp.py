@@ -105,12 +105,21 @@ def index_bounds(op: OpModel) -> dict[str, int]:
 
     for st in op.stages:
         visit(st.ast.rhs)
-    for st in reversed(op.stages):  # a copied stage passes its bound on to what it copies
-        rhs = A.strip_parens(st.ast.rhs)
-        copied = op.tensors.get(rhs.tensor) if isinstance(rhs, A.Access) else None
-        if st.tensor in bounds and st.reducer is None and copied is not None and copied.dtype in D.INTS:
-            bound(rhs.tensor, bounds[st.tensor])
+    for copy, copied in _copies(op):  # a copied stage passes its bound on to what it copies
+        if copy in bounds and op.tensors.get(copied) is not None and op.tensors[copied].dtype in D.INTS:
+            bound(copied, bounds[copy])
     return {name: b for name, b in bounds.items() if op.tensors[name].role == "input"}
+
+
+def _copies(op: OpModel) -> list[tuple[str, str]]:
+    """(stage, the tensor it copies) for each stage that is a plain read of another (`T[i, j] = I[i, 0]`),
+    last stage first: what is said of a copy, passed on in this order, reaches what it copies."""
+    out = []
+    for st in reversed(op.stages):
+        rhs = A.strip_parens(st.ast.rhs)
+        if st.reducer is None and isinstance(rhs, A.Access):
+            out.append((st.tensor, rhs.tensor))
+    return out
 
 
 def divisors(op: OpModel) -> set[str]:
@@ -134,10 +143,9 @@ def divisors(op: OpModel) -> set[str]:
 
     for st in op.stages:
         visit(st.ast.rhs)
-    for st in reversed(op.stages):  # a copy of a divisor makes what it copies one
-        rhs = A.strip_parens(st.ast.rhs)
-        if st.tensor in found and st.reducer is None and isinstance(rhs, A.Access):
-            found.add(rhs.tensor)
+    for copy, copied in _copies(op):  # a copy of a divisor makes what it copies one
+        if copy in found:
+            found.add(copied)
     return {t.name for t in op.inputs if t.name in found and t.dtype in D.FLOATS}
 
 

@@ -96,7 +96,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         records = D.measured_records(measured_dirs)
         D.refuse_heldout(records, heldout, f"train --stage finetune ({', '.join(map(str, measured_dirs))})")
         if host_cpus:
-            records = [r for r in records if (r.get("host") or {}).get("cpu") in set(host_cpus)]
+            cpus = set(host_cpus)
+            records = [r for r in records if (r.get("host") or {}).get("cpu") in cpus]
         if best_only:
             records = D.best_records(records, best_within)
         corpus = D.build(records, not best_only, heldout, max_tokens=max_tokens, seed=seed,
