@@ -7,7 +7,9 @@ Per operator: the Space Builder's space is built once (`space_s`, not the model'
 generations, each timed as `decode` (the prompt's prefill + the decoding loop, with NextTokens' masks) and
 `finish` (the full replay of the point and its conversion to .tsched statements); `total` = both. The first
 generation of an operator is reported apart (`first_total_ms`: compute-at sites met for the first time need
-a replay; later ones are answered from the space's memo). p50 / p95 over the repeats.
+a replay; later ones are answered from the space's memo). p50 / p95 over the repeats. The Generator's
+engine is lm/inference.py (torch alone); the same repeats with engine "transformers" (GPT2LMHeadModel, the
+same logits) are interleaved with them and reported beside (`hf_total_ms_*`), as are both engines' loads.
 """
 from __future__ import annotations
 
@@ -60,12 +62,13 @@ def main(argv=None) -> int:
     from tensorlang.machine import host_line
     from tensorlang.space.space import Space
 
-    loads = []
+    loads = {"torch": [], "transformers": []}
     for _ in range(args.loads):
-        t = time.perf_counter()
-        M.load(args.model)
-        loads.append(time.perf_counter() - t)
-    gen = Generator(args.model)
+        for engine in loads:
+            t = time.perf_counter()
+            Generator(args.model, engine=engine)
+            loads[engine].append(time.perf_counter() - t)
+    gen, hf = Generator(args.model), Generator(args.model, engine="transformers")
     rows = []
     for path in sorted((ROOT / "examples").glob("*.tsched")):
         doc = api.load(path)
@@ -79,37 +82,49 @@ def main(argv=None) -> int:
                     rows.append({"file": path.name, "op": name, "target": target, "error": f"space: {e}"[:200]})
                     continue
                 space_s = time.perf_counter() - t
-                dec, fin, tot, out = [], [], [], None
+                dec, fin, tot, hf_tot, out = [], [], [], [], None
                 first = None
                 for i in range(args.repeat + 1):
                     t = time.perf_counter()
                     out = gen.generate(space)
                     total = time.perf_counter() - t
+                    t = time.perf_counter()
+                    same = hf.generate(space).tokens == out.tokens
+                    hf_total = time.perf_counter() - t
+                    if not same:
+                        raise SystemExit(f"{path.name}:{name} {target}: the engines wrote different schedules")
                     if i == 0:
                         first = total
                         continue
                     dec.append(out.seconds["decode"])
                     fin.append(out.seconds["finish"])
                     tot.append(total)
+                    hf_tot.append(hf_total)
                 rows.append({
                     "file": path.name, "op": name, "target": target, "space_s": round(space_s, 3),
                     "first_total_ms": round(first * 1e3, 1),
                     "decode_ms_p50": round(pct(dec, .5) * 1e3, 1), "decode_ms_p95": round(pct(dec, .95) * 1e3, 1),
                     "finish_ms_p50": round(pct(fin, .5) * 1e3, 1), "finish_ms_p95": round(pct(fin, .95) * 1e3, 1),
                     "total_ms_p50": round(pct(tot, .5) * 1e3, 1), "total_ms_p95": round(pct(tot, .95) * 1e3, 1),
+                    "hf_total_ms_p50": round(pct(hf_tot, .5) * 1e3, 1),
+                    "hf_total_ms_p95": round(pct(hf_tot, .95) * 1e3, 1),
                     "tokens": len(out.tokens), "free": out.free, "forced": out.forced, "forward_passes": out.steps,
                     "forced_share": round(out.forced / max(1, out.free + out.forced), 3)})
     result = {"host": host_line(), "torch_threads": torch.get_num_threads(), "model": gen.name,
-              "model_dir": str(gen.path), "parameters": M.parameters(gen.model),
+              "model_dir": str(gen.path), "parameters": M.parameters(hf.model),
+              "engine": gen.engine,
               "imports_s": {"torch": round(_T_TORCH, 2), "transformers": round(_T_TRANSFORMERS, 2),
                             "tvm": round(_T_TVM, 2)},
-              "load_s": {"p50": round(statistics.median(loads), 3), "max": round(max(loads), 3), "n": len(loads)},
+              "load_s": {e: {"p50": round(statistics.median(v), 3), "max": round(max(v), 3), "n": len(v)}
+                         for e, v in loads.items()},
               "repeat": args.repeat, "rows": rows}
     head = (f"{'file:op':<34} {'target':<6} {'space s':>7} {'first ms':>8} {'decode p50/p95':>15} "
-            f"{'finish p50/p95':>15} {'total p50/p95':>15} {'free':>5} {'forced':>6} {'passes':>6} {'forced%':>7}")
+            f"{'finish p50/p95':>15} {'total p50/p95':>15} {'hf p50/p95':>15} {'free':>5} {'forced':>6} {'passes':>6} {'forced%':>7}")
     print(f"model {result['model']} ({result['parameters']:,} parameters), torch threads {result['torch_threads']}")
-    print(f"imports: torch {_T_TORCH:.2f} s, transformers {_T_TRANSFORMERS:.2f} s, tvm {_T_TVM:.2f} s; "
-          f"model load p50 {result['load_s']['p50'] * 1e3:.0f} ms (max {result['load_s']['max'] * 1e3:.0f} ms)")
+    ld = result["load_s"]
+    print(f"imports: torch {_T_TORCH:.2f} s, transformers {_T_TRANSFORMERS:.2f} s (not needed by the torch engine), "
+          f"tvm {_T_TVM:.2f} s; model load p50 {ld['torch']['p50'] * 1e3:.0f} ms (max {ld['torch']['max'] * 1e3:.0f}"
+          f" ms), with transformers {ld['transformers']['p50'] * 1e3:.0f} ms")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -119,7 +134,8 @@ def main(argv=None) -> int:
             continue
         print(f"{label:<34} {r['target']:<6} {r['space_s']:>7.2f} {r['first_total_ms']:>8.0f} "
               f"{r['decode_ms_p50']:>7.0f}/{r['decode_ms_p95']:<7.0f} {r['finish_ms_p50']:>7.0f}/{r['finish_ms_p95']:<7.0f} "
-              f"{r['total_ms_p50']:>7.0f}/{r['total_ms_p95']:<7.0f} {r['free']:>5} {r['forced']:>6} "
+              f"{r['total_ms_p50']:>7.0f}/{r['total_ms_p95']:<7.0f} {r['hf_total_ms_p50']:>7.0f}/{r['hf_total_ms_p95']:<7.0f} "
+              f"{r['free']:>5} {r['forced']:>6} "
               f"{r['forward_passes']:>6} {r['forced_share'] * 100:>6.0f}%")
     print(f"host: {result['host']}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

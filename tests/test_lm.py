@@ -291,9 +291,8 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
                 legal = sorted(S.ids_of(state.allowed()))
                 total += float(torch.log_softmax(last[torch.tensor(legal)].float(), -1)[legal.index(gen.ids[tok])])
                 state.push(tok)
-                with torch.inference_mode():
-                    out = gen.model(input_ids=torch.tensor([[gen.ids[tok]]]), use_cache=True, **{G._CACHE_ARG: cache})
-                cache, last = G._cache(out), out.logits[0, -1]
+                logits_now, cache = gen.forward([[gen.ids[tok]]], cache)
+                last = logits_now[0, -1]
             state.close()
             scores[tuple(gen.ids[t] for t in seq)] = total
         seen.append((got, scores, words))
@@ -308,6 +307,53 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
     assert values and all(11008 % v == 0 and str(v) not in S.token_ids() for v in values)
     assert tuple(got) == max(scores, key=lambda k: (scores[k], [-t for t in k]))
     assert out.point.sketch in space.usable
+
+
+def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
+    """lm/inference.py against transformers on one checkpoint: prefill, a multi-token step and a one-token
+    step on the cache, a batched look-ahead on a repeated cache -- bit for bit; and the two engines give the
+    same greedy schedules and the same samples."""
+    import copy
+
+    import torch
+
+    from tensorlang.lm import model as M
+    from tensorlang.lm.generate import Generator
+    from tensorlang.lm.inference import GPT2Decoder
+    hf, _ = M.load(tiny[0] / "fine")
+    dec = GPT2Decoder.from_pretrained(tiny[0] / "fine")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, hf.config.vocab_size, (1, 120), generator=g)
+    with torch.inference_mode():
+        ref = hf(input_ids=ids, use_cache=True)
+    got, cache = dec(ids)
+    assert torch.equal(ref.logits, got)
+    hf_cache = ref.cache if ref.get("cache") is not None else ref.past_key_values
+    for n in (3, 1):
+        step = torch.randint(0, hf.config.vocab_size, (1, n), generator=g)
+        with torch.inference_mode():
+            ref = hf(input_ids=step, use_cache=True, cache=hf_cache)
+        got, cache = dec(step, cache)
+        assert torch.equal(ref.logits, got) and cache.get_seq_length() == 120 + 3 + (n == 1)
+        hf_cache = ref.cache if ref.get("cache") is not None else ref.past_key_values
+    batch = torch.randint(0, hf.config.vocab_size, (4, 5), generator=g)
+    hc, dc = copy.deepcopy(hf_cache), copy.deepcopy(cache)
+    hc.batch_repeat_interleave(4)
+    dc.batch_repeat_interleave(4)
+    with torch.inference_mode():
+        ref = hf(input_ids=batch, attention_mask=torch.ones((4, hc.get_seq_length() + 5), dtype=torch.long),
+                 use_cache=True, cache=hc)
+    assert torch.equal(ref.logits, dec(batch, dc)[0])
+
+    fast, slow = Generator(tiny[0] / "fine"), Generator(tiny[0] / "fine", engine="transformers")
+    assert fast.engine == "torch" and isinstance(slow.model, type(hf))
+    for text, target in ((SRC, "cpu"), (SRC, "gpu")):
+        for space in _spaces(text, target)[1].values():
+            assert fast.generate(space).tokens == slow.generate(space).tokens
+    space = next(iter(_spaces()[1].values()))
+    assert [o.tokens for o in fast.sample(space, 3, seed=1)] == [o.tokens for o in slow.sample(space, 3, seed=1)]
+    with pytest.raises(ValueError, match="engine"):
+        Generator(tiny[0] / "fine", engine="onnx")
 
 
 def test_samples_are_distinct_legal_and_seeded(tiny):

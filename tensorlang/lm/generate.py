@@ -9,6 +9,8 @@ Decoding is constrained by the Space Builder: at every step a LogitsProcessor (`
 the legal next tokens of `NextTokens` (everything else -inf), so no output is ever rejected or retried.
 Tokens with one legal choice (forced: SKETCH, DECISIONS, the decision heads, ...) are fed together with the
 next chosen token in one forward step; the prompt and the forced tokens after it are the prefill. KV cache on.
+The forward pass is `lm/inference.GPT2Decoder` by default (the checkpoint's GPT2LMHeadModel computed in torch
+alone, bit-identical, without transformers' 2.5-5 s import); `engine="transformers"` runs GPT2LMHeadModel.
 Greedy ties go to the lowest token id (torch.argmax over the legal ids in ascending order returns the
 first maximum). Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
 schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
@@ -89,29 +91,41 @@ class _Threads:
             self.before = None
 
 
+ENGINES = ("torch", "transformers")
+
+
 class Generator:
-    """`threads`: torch's threads while decoding on a CPU (default 1: a 1-row decode step gains nothing from a
+    """`engine`: "torch" (lm/inference.py, the default) or "transformers" (GPT2LMHeadModel), the same
+    logits. `threads`: torch's threads while decoding on a CPU (default 1: a 1-row decode step gains nothing from a
     second thread, and on a busy 2-core machine two threads made it ~20x slower, 1.6 s instead of 80 ms per
     schedule, measured); None leaves the caller's setting."""
 
-    def __init__(self, path: str | Path | None = None, device: str | None = None, threads: int | None = 1):
+    def __init__(self, path: str | Path | None = None, device: str | None = None, threads: int | None = 1,
+                 engine: str = "torch"):
         import torch
 
         from tensorlang.lm import model as M
         from tensorlang.space import sentence as S
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.threads = threads if self.device == "cpu" else None
-        t0 = time.perf_counter()
-        self.model, self.card = M.load(path, self.device)
-        self.load_s = time.perf_counter() - t0
+        self.engine = engine
         self.path = Path(path or M.DEFAULT_DIR)
+        t0 = time.perf_counter()
+        if engine == "torch":
+            from tensorlang.lm.inference import GPT2Decoder
+            self.model, self.card = GPT2Decoder.from_pretrained(self.path, self.device), M.read_card(self.path)
+        else:
+            self.model, self.card = M.load(self.path, self.device)
+            # make LegalTokens a real LogitsProcessor subclass (transformers imported by now)
+            global LegalTokens
+            if not issubclass(LegalTokens, _logits_processor_base()):
+                LegalTokens = type("LegalTokens", (LegalTokens, _logits_processor_base()), {})
+        self.load_s = time.perf_counter() - t0
         self.words = S.vocabulary()
         self.ids = S.token_ids()
         self.quality = self.card.get("generation_quality_token")
-        # make LegalTokens a real LogitsProcessor subclass (transformers imported by now)
-        global LegalTokens
-        if not issubclass(LegalTokens, _logits_processor_base()):
-            LegalTokens = type("LegalTokens", (LegalTokens, _logits_processor_base()), {})
 
     @property
     def name(self) -> str:
@@ -123,10 +137,23 @@ class Generator:
         return ([self.quality] if self.quality else []) + S.prompt_tokens(space)
 
     # ------------------------------------------------------------------ decoding
+    def forward(self, ids: list[list[int]], past=None):
+        """(logits [batch, len, vocab], cache) of these rows after `past` (None: from the start). Rows of a
+        batch may end in padding, which no real position reads."""
+        import torch
+        input_ids = torch.tensor(ids, device=self.device)
+        if self.engine == "torch":
+            return self.model(input_ids, past)
+        kw = {_CACHE_ARG: past} if past is not None else {}
+        if past is not None and len(ids) > 1:  # a batched look-ahead: the mask says the cache is all real
+            kw["attention_mask"] = torch.ones((len(ids), past.get_seq_length() + len(ids[0])), dtype=torch.long,
+                                              device=self.device)
+        with torch.inference_mode():
+            out = self.model(input_ids=input_ids, use_cache=True, **kw)
+        return out.logits, _cache(out)
+
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
-        import torch
-
         from tensorlang.space.sentence import NextTokens
         if constraints is not None:
             from tensorlang.space.constraints import ConstrainedTokens
@@ -136,9 +163,8 @@ class Generator:
         fed = [self.ids[t] for t in self.prompt(space)]
         forced = self._push_forced(nt)
         fed += [self.ids[t] for t in forced]
-        with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([fed], device=self.device), use_cache=True)
-        return nt, _cache(out), out.logits[0, -1], fed, len(forced)
+        logits, past = self.forward([fed])
+        return nt, past, logits[0, -1], fed, len(forced)
 
     @staticmethod
     def _push_forced(nt) -> list[str]:
@@ -147,7 +173,6 @@ class Generator:
 
     def _decode(self, nt, past, logits, choose) -> tuple[list, int, int, int]:
         """`choose(nt, past, logits, allowed ids)` -> the ids chosen (one token, or a whole spelled number)."""
-        import torch
         proc = LegalTokens(nt)
         free = forced_n = steps = 0
         while not nt.done:
@@ -162,11 +187,8 @@ class Generator:
             forced_n += len(forced)
             if nt.done:
                 break
-            feed = chosen + [self.ids[t] for t in forced]
-            with torch.inference_mode():
-                out = self.model(input_ids=torch.tensor([feed], device=self.device), use_cache=True,
-                                 **{_CACHE_ARG: past})
-            past, logits = _cache(out), out.logits[0, -1]
+            logits, past = self.forward([chosen + [self.ids[t] for t in forced]], past)
+            logits = logits[0, -1]
             steps += 1
         return nt.tokens, free, forced_n, steps
 
@@ -205,14 +227,11 @@ class Generator:
         import torch
         longest = max(len(s) for s in seqs)
         pad = self.ids["[PAD]"]
-        batch = torch.tensor([s + [pad] * (longest - len(s)) for s in seqs], device=self.device)
         cache = copy.deepcopy(past)
         cache.batch_repeat_interleave(len(seqs))
         # padding is at the end and never read: every position attends to all before it
-        mask = torch.ones((len(seqs), cache.get_seq_length() + longest - 1), dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            out = self.model(input_ids=batch[:, :-1], attention_mask=mask, use_cache=True, **{_CACHE_ARG: cache})
-        logits = out.logits.float()
+        logits, _ = self.forward([(s + [pad] * (longest - len(s)))[:-1] for s in seqs], cache)
+        logits = logits.float()
         scores = []
         for b, s in enumerate(seqs):
             total = 0.0
