@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MODELS = ("resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama7b-layer", "tinyllama-layer")
+MODELS = ("resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama7b-layer", "tinyllama-layer",
+          "qwen2-0.5b-layer")
 VISION = ("resnet50", "mobilenetv2", "efficientnet-b0")
 
 DEFAULT_SEQ = 128
@@ -94,6 +95,20 @@ def build(name: str, batch: int = 1, seq: int | None = None, small: bool = False
                                    max_position_embeddings=2048, rms_norm_eps=1e-5))
         cfg._attn_implementation = "eager"
         model = tf.LlamaModel(cfg)
+        keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+                "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act"]
+    elif name == "qwen2-0.5b-layer":
+        # One decoder layer with Qwen2-0.5B's dimensions: biased q/k/v projections, 14 query heads on 2
+        # key/value heads, hidden 896 = 2^7 * 7 and an MLP width 4864 = 2^8 * 19 -- a second training model
+        # whose widths carry a large odd factor (TinyLlama's 5632 = 2^9 * 11). The embedding table has
+        # 32000 rows, not Qwen2's 151,936 (a 545 MB gather of the same shape per row).
+        cfg = (tf.Qwen2Config(hidden_size=64, intermediate_size=152, num_attention_heads=4, num_key_value_heads=2,
+                              num_hidden_layers=1, vocab_size=100, max_position_embeddings=64) if small
+               else tf.Qwen2Config(hidden_size=896, intermediate_size=4864, num_attention_heads=14,
+                                   num_key_value_heads=2, num_hidden_layers=1, vocab_size=32000,
+                                   max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0))
+        cfg._attn_implementation = "eager"
+        model = tf.Qwen2Model(cfg)
         keys = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
                 "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act"]
     else:  # one decoder layer with LLaMA-7B's dimensions (LlamaConfig's defaults are LLaMA-7B's)
