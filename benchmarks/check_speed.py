@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tensorlang import api  # noqa: E402
+from tensorlang.machine import describe, host_line  # noqa: E402
 
 TARGETS = {"cpu": "llvm(mcpu = \"sapphirerapids\", cores = 2)", "h200": "cuda(arch = \"sm_90\")"}
 
@@ -98,25 +99,16 @@ def main() -> int:
         print(f"{name:<36} {ms:>10.1f} {budget:>10.0f}  {'yes' if ms <= budget else 'NO'}")
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"platform": platform.platform(), "processor": _cpu_name(), "python": platform.python_version()},
+        "machine": {**describe(), "platform": platform.platform()},
         "file_lines": lines, "ops": len(doc.model.ops), "schedules": n_sched,
         "results": [{"measure": n, "median_ms": round(ms, 2), "budget_ms": b, "within_budget": ms <= b}
                     for n, ms, b in rows],
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"host: {host_line()}")
     print(f"wrote {args.json}")
     return 0 if all(ms <= b for _, ms, b in rows) else 1
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip() + f" ({__import__('os').cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from check_speed import _cpu_name, big_file  # noqa: E402
+from check_speed import big_file  # noqa: E402
+
+from tensorlang.machine import describe, host_line  # noqa: E402
 from lsprotocol import types as T  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
@@ -303,9 +305,10 @@ def main() -> int:
         out_rows.append({"measure": name, "samples": len(xs), "median_ms": round(med, 2), "p95_ms": round(q, 2),
                          "max_ms": round(mx, 2), "target_p95_ms": target, "within_target": ok if target else None})
     print(f"generated-schedule items offered: {res['generated_items']} of {2 * args.samples} schedule completions")
+    print(f"host: {host_line()}")
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"platform": platform.platform(), "processor": _cpu_name(), "python": platform.python_version()},
+        "machine": {**describe(), "platform": platform.platform()},
         "file_lines": res["lines"], "server_startup_ms": round(res["startup_ms"], 1),
         "open_first_diagnostics_ms": round(res["open_first_ms"], 1),
         "open_with_legality_ms": round(res["open_full_ms"], 1), "tvm_imported_by_server": res["tvm_in_server"],

@@ -149,18 +149,60 @@ def divisors(op: OpModel) -> set[str]:
     return {t.name for t in op.inputs if t.name in found and t.dtype in D.FLOATS}
 
 
+_NONNEGATIVE_ARGUMENT = ("sqrt", "rsqrt", "log", "log2")
+
+
+def nonnegative_inputs(op: OpModel) -> set[str]:
+    """Float inputs a `sqrt`, `rsqrt` or `log` argument is computed from (through any stages in between):
+    their random values are made non-negative. An extracted RMSNorm takes the squares from another task
+    (`power`), so a standard-normal input made half its rows' sums negative -- NaN in the reference and in
+    every kernel alike, rows that the check then could not tell right from wrong."""
+    stage_of = {st.tensor: st for st in op.stages}
+    found: set[str] = set()
+
+    def reads(e, into: set):
+        if isinstance(e, A.Access):
+            into.add(e.tensor)
+        for c in _children(e):
+            reads(c, into)
+
+    def visit(e):
+        if isinstance(e, A.Call) and e.func in _NONNEGATIVE_ARGUMENT:
+            for a in e.args:
+                reads(a, found)
+        for c in _children(e):
+            visit(c)
+
+    for st in op.stages:
+        visit(st.ast.rhs)
+    todo = list(found)
+    while todo:  # what an argument's stages read, back to the inputs
+        st = stage_of.get(todo.pop())
+        if st is None:
+            continue
+        more: set = set()
+        reads(st.ast.rhs, more)
+        todo += sorted(more - found)
+        found |= more
+    return {t.name for t in op.inputs if t.name in found and t.dtype in D.FLOATS}
+
+
 def random_inputs(op: OpModel, seed: int = 0) -> dict[str, np.ndarray]:
     """Standard-normal inputs (fixed seed); integer tensors get normals scaled by 4 and rounded,
     except those used as subscripts (gathers): their normals are rescaled onto 0 .. extent - 1 of the
     dimension they index, so every index is in range (TVM's gathers do not check bounds). Divisors
-    (`divisors`) get normals pushed 0.5 away from zero, their signs kept."""
+    (`divisors`) get normals pushed 0.5 away from zero, their signs kept; what a square root or a
+    logarithm is taken of (`nonnegative_inputs`), their absolute values."""
     rng = np.random.default_rng(seed)
     gathers = index_bounds(op)
     away_from_zero = divisors(op)
+    nonnegative = nonnegative_inputs(op)
     out = {}
     for t in op.inputs:
         x = rng.standard_normal(t.shape)
-        if t.name in away_from_zero:
+        if t.name in nonnegative:
+            x = np.abs(x) + 0.5 if t.name in away_from_zero else np.abs(x)
+        elif t.name in away_from_zero:
             x = np.copysign(0.5 + np.abs(x), x)
         elif t.name in gathers:
             x = np.floor((x - x.min()) / (np.ptp(x) + 1e-12) * (gathers[t.name] - 1e-9)) if x.size > 1 else 0 * x

@@ -4,6 +4,8 @@ import numpy as np
 
 from tensorlang import api
 
+from conftest import ROOT
+
 CPU = 'target cpu = llvm(cores = 1)\n'
 
 
@@ -93,3 +95,20 @@ def test_divisors_are_drawn_away_from_zero():
     r = run_op(src, "bn")
     assert r.ok
 
+
+def test_what_a_square_root_is_taken_of_is_drawn_nonnegative():
+    """An extracted RMSNorm (the squares come from another task): the input summed under `rsqrt` gets
+    non-negative values, so no row of the reference is NaN; the other inputs stay standard normal. The
+    Qwen2 layer's task, run: every element checked, none NaN."""
+    from tensorlang import interp
+    path = ROOT / "data/workloads/qwen2-0.5b-layer/fused_mean_add1_tir_rsqrt_multiply2_multiply3.tsched"
+    op = next(iter(api.load(path).model.ops.values()))
+    assert interp.nonnegative_inputs(op) == {"lv51"}
+    xs = interp.random_inputs(op)
+    assert xs["lv51"].min() >= 0 and (xs["lv3"] < 0).any()
+    ref = interp.evaluate(op, xs)
+    assert np.isfinite(ref[op.outputs[0].name]).all()
+    src = ("op ln(X: f32[4, 8], W: f32[4, 8]) -> Y: f32[4, 8] {\n    S: f32[4]\n    S[i] += X[i, k] * X[i, k]\n"
+           "    Y[i, j] = W[i, j] * log(S[i] + 1.0) / sqrt(S[i])\n}\n")
+    op = api.load_text(CPU + src).model.ops["ln"]
+    assert interp.nonnegative_inputs(op) == {"X"} and interp.divisors(op) == set()
