@@ -132,6 +132,16 @@ class _Item:
     future: Any = None
 
 
+@dataclass
+class _Share:
+    """One candidate's part of a group build's future (a list of build_job dicts)."""
+    future: Any
+    index: int
+
+    def result(self, timeout=None) -> dict:
+        return self.future.result(timeout=timeout)[self.index]
+
+
 def _resolve(c: Candidate, docs: dict):
     """(OpModel, TargetModel) of a candidate. `docs`: text -> Document, shared by the candidates of one
     measurement (candidates given the same text share the operator, its inputs and its reference)."""
@@ -230,10 +240,15 @@ class Harness:
     def measure(self, candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
                 min_repeat_ms: float = 100, verify: bool = True, seed: int = 0, build_timeout_s: float = 300.0,
                 lock: bool = True, lock_path: str | None = None, slow_factor: float | None = None,
-                best_known_s: float | None = None, progress: Callable[[str], None] | None = None) -> list[Result]:
+                best_known_s: float | None = None, joint_builds: bool = False,
+                progress: Callable[[str], None] | None = None) -> list[Result]:
         """`slow_factor`: a candidate whose first round is over `slow_factor` times the best latency known
         (`best_known_s`, or the best first round of this run if lower) is not timed again: its one figure
-        decides nothing a second would, and a slow random schedule would take most of the run."""
+        decides nothing a second would, and a slow random schedule would take most of the run.
+        `joint_builds`: the candidates of one operator are compiled together, a group per build worker
+        (worker.build_group_job: about half the build time of small kernels; each candidate's compile_s is
+        then its share of its group's), for `collect`, where throughput counts and compile times are not
+        compared."""
         say = progress or (lambda msg: None)
         t_start = time.monotonic()
         docs: dict = {}
@@ -244,17 +259,15 @@ class Harness:
         if any(it.slot == "tvm" for it in todo):
             self.kernels.prestart("tvm")
         # 1. builds, in parallel; references meanwhile
+        to_build = []
         for it in todo:
             if isinstance(it.cand.schedule, Library):
                 it.spec = {"kind": "tvm", "path": it.cand.schedule.path, "keep": True}
             elif it.slot == "tvm":
-                self._n += 1
-                safe = "".join(ch if ch.isalnum() else "_" for ch in it.cand.name)[:40]
-                path = os.path.join(self.workdir, f"k{self._n}_{safe}.so")
-                job = {"op": it.op, "target": it.target, "schedule": it.cand.schedule, "path": path}
-                it.future = self.builds().submit(P.W.build_job, job)
+                to_build.append(it)
             else:
                 it.spec = {"kind": "python", "factory": it.cand.schedule.factory, "kwargs": it.cand.schedule.kwargs}
+        self._submit_builds(to_build, joint_builds and self.rpc is None)
         inputs, refs = {}, {}
         from tensorlang import interp
         t_ref = time.monotonic()
@@ -383,6 +396,30 @@ class Harness:
         it.slot = "python" if isinstance(c.schedule, PythonKernel) else "tvm"
         return it
 
+    def _submit_builds(self, items: list[_Item], joint: bool) -> None:
+        """Each item's build as a future: alone, or (`joint`) in groups of one operator and CPU target, as
+        many groups as build workers (or of 8 at most: one slow candidate delays only its group)."""
+        def job(it):
+            self._n += 1
+            safe = "".join(ch if ch.isalnum() else "_" for ch in it.cand.name)[:40]
+            return {"op": it.op, "target": it.target, "schedule": it.cand.schedule,
+                    "path": os.path.join(self.workdir, f"k{self._n}_{safe}.so")}
+        groups: dict = {}
+        for it in items:
+            if joint and not it.target.is_gpu:
+                groups.setdefault((id(it.op), it.target.name), []).append(it)
+            else:
+                it.future = self.builds().submit(P.W.build_job, job(it))
+        for members in groups.values():
+            n = max(min(self.jobs, len(members)), -(-len(members) // 8))
+            for k in range(n):
+                chunk = members[k::n]
+                jobs = [job(it) for it in chunk]
+                self._n += 1
+                shared = self.builds().submit(P.W.build_group_job, jobs, os.path.join(self.workdir, f"g{self._n}.so"))
+                for i, it in enumerate(chunk):
+                    it.future = _Share(shared, i)
+
     def _collect_builds(self, items: list[_Item], timeout_s: float, say) -> None:
         retry = []
         deadline = time.monotonic() + timeout_s
@@ -390,7 +427,10 @@ class Harness:
             try:
                 out = it.future.result(timeout=max(1.0, deadline - time.monotonic()))
             except FutureTimeout:
-                it.result.status, it.result.message = BUILD_ERROR, f"the build took longer than {timeout_s:g} s"
+                if isinstance(it.future, _Share):  # a group too slow: each of it alone, with its own time
+                    retry.append(it)
+                else:
+                    it.result.status, it.result.message = BUILD_ERROR, f"the build took longer than {timeout_s:g} s"
                 continue
             except BrokenProcessPool:
                 retry.append(it)
@@ -399,7 +439,7 @@ class Harness:
         if any(it.result.status == BUILD_ERROR and "longer than" in it.result.message for it in items) or retry:
             P.kill_pool(self._builds)
             self._builds = None
-        for it in retry:  # a worker died: rebuild each of the affected alone, to find the culprit
+        for it in retry:  # a worker died (or a group was too slow): rebuild each of the affected alone
             job = {"op": it.op, "target": it.target, "schedule": it.cand.schedule,
                    "path": os.path.join(self.workdir, f"{it.key}_retry.so")}
             pool = P.build_pool(1)
@@ -422,7 +462,9 @@ class Harness:
             say(f"{it.cand.name}: {r.status}: {r.message}")
             return
         r.worker["build_tensor_intrin"] = out.get("tensor_intrin")
-        it.spec = {"kind": "tvm", "path": out["path"]}
+        it.spec = {"kind": "tvm", "path": out["path"], "func": out.get("func", "main")}
+        if out.get("group"):
+            r.worker["build_group"] = out["group"]
 
     def _run_remote(self, todo: list[_Item], refs: dict, repeat: int, min_repeat_ms: float, timeout_s: float,
                     verify: bool, say) -> None:

@@ -186,7 +186,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
             heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, model: str | Path | None = None,
-            model_samples: int = 8, skip_heldout: bool = False, order: str = "files", log=print) -> dict:
+            model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = True,
+            log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
@@ -199,7 +200,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     `skip_heldout`: leave the held-out tasks out altogether.
     `order`: "files" (the files' order) or "fewest-records" (the tasks with the fewest records timed on this
     machine first, then the files' order): a budgeted run then widens the corpus -- or, for the model's
-    rounds, moves on to other tasks -- instead of measuring the same first files again."""
+    rounds, moves on to other tasks -- instead of measuring the same first files again.
+    `joint_builds`: a batch's candidates compiled together, a group per build worker (Harness.measure); each
+    record's `build_group` says how many shared its build."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.data import split
@@ -295,7 +298,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                             for j, (_, policy, point) in enumerate(chunk)]
                 load_before = os.getloadavg()[0]
                 results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
-                                          slow_factor=slow_factor, best_known_s=best_known.get(tkey))
+                                          slow_factor=slow_factor, best_known_s=best_known.get(tkey),
+                                          joint_builds=joint_builds)
                 load_after = os.getloadavg()[0]
                 for (key, policy, point), res in zip(chunk, results):
                     sentence = S.encode(space, point)
@@ -310,7 +314,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                         "status": res.status, "message": res.message[:300],
                         "server": res.worker.get("server") or "local",
                         "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s, "runs": len(res.times_s),
-                        "min_repeat_ms": min_repeat_ms,
+                        "min_repeat_ms": min_repeat_ms, "build_group": res.worker.get("build_group", 1),
                         "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
                         "time": round(time.time(), 3),
                     }
@@ -406,7 +410,7 @@ def main_collect(args) -> int:
         summary = collect(args.tasks, args.target, out, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
-                          skip_heldout=args.skip_heldout, order=args.order,
+                          skip_heldout=args.skip_heldout, order=args.order, joint_builds=not args.separate_builds,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:
