@@ -181,6 +181,18 @@ def test_joint_builds_give_what_separate_builds_give(harness):
     assert "not implemented" in joint[7].message
 
 
+def test_a_joint_build_past_its_time_is_built_again_one_by_one(harness, monkeypatch):
+    """A group that outlasts GROUP_BUILD_TIMEOUT_S (a candidate LLVM takes minutes over) is not a build error:
+    its candidates are built again alone, each with the full build timeout."""
+    from tensorlang.bench import harness as H
+    monkeypatch.setattr(H, "GROUP_BUILD_TIMEOUT_S", 0.0)  # every group is too slow
+    doc = api.load_text(MM)
+    cands = [C.generate_candidate(doc, "mm", "cpu", p)[0] for p in ("schedule", "roller", "random:1", "random:2")]
+    results = harness.measure(cands, repeat=1, joint_builds=True, **FAST)
+    assert [r.status for r in results] == ["ok"] * 4, [(r.status, r.message) for r in results]
+    assert all("build_group" not in r.worker and r.correct for r in results)
+
+
 def test_metaschedule_text_reproduces_the_best_module(harness):
     import tvm_ffi
 

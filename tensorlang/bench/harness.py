@@ -132,6 +132,13 @@ class _Item:
     future: Any = None
 
 
+# A group build (8 kernels) takes seconds; one past this holds a candidate that LLVM takes minutes over
+# (a batch of 16 conv2d candidates once took 667 s: its group ran into the 300 s build timeout, then every
+# candidate of it was built again alone). Past it, the group's candidates are built one by one, each with
+# the full build timeout.
+GROUP_BUILD_TIMEOUT_S = 60.0
+
+
 @dataclass
 class _Share:
     """One candidate's part of a group build's future (a list of build_job dicts)."""
@@ -423,9 +430,13 @@ class Harness:
     def _collect_builds(self, items: list[_Item], timeout_s: float, say) -> None:
         retry = []
         deadline = time.monotonic() + timeout_s
+        group_deadline = time.monotonic() + min(timeout_s, GROUP_BUILD_TIMEOUT_S)
         for it in items:
             try:
-                out = it.future.result(timeout=max(1.0, deadline - time.monotonic()))
+                if isinstance(it.future, _Share):
+                    out = it.future.result(timeout=max(0.0, group_deadline - time.monotonic()))
+                else:
+                    out = it.future.result(timeout=max(1.0, deadline - time.monotonic()))
             except FutureTimeout:
                 if isinstance(it.future, _Share):  # a group too slow: each of it alone, with its own time
                     retry.append(it)
