@@ -509,9 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("-o", "--output", default=None,
                     help="the dataset directory (default data/measured/<target>: the records already there are not "
                          "measured again, and order and the slow-candidate rule read their latencies)")
-    co.add_argument("--separate-builds", action="store_true",
-                    help="compile each candidate alone (default: a batch's candidates together, a group per build "
-                         "worker: about half the build time of small kernels)")
+    co.add_argument("--joint-builds", action="store_true",
+                    help="compile a batch's candidates of one operator together, a group per build worker (about half "
+                         "the build time of small kernels; no faster end to end on collect_speed's tasks)")
     co.add_argument("--slow-factor", type=float, default=10.0,
                     help="record a candidate after one timing round when it is over this many times the task's best "
                          "known latency (0: time every candidate fully)")

@@ -254,8 +254,8 @@ class Harness:
         decides nothing a second would, and a slow random schedule would take most of the run.
         `joint_builds`: the candidates of one operator are compiled together, a group per build worker
         (worker.build_group_job: about half the build time of small kernels; each candidate's compile_s is
-        then its share of its group's), for `collect`, where throughput counts and compile times are not
-        compared."""
+        then its share of its group's) -- `collect --joint-builds`; a benchmark that compares compile times
+        keeps builds apart."""
         say = progress or (lambda msg: None)
         t_start = time.monotonic()
         docs: dict = {}

@@ -186,7 +186,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
             heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, model: str | Path | None = None,
-            model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = True,
+            model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = False,
             log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
@@ -202,7 +202,10 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     machine first, then the files' order): a budgeted run then widens the corpus -- or, for the model's
     rounds, moves on to other tasks -- instead of measuring the same first files again.
     `joint_builds`: a batch's candidates compiled together, a group per build worker (Harness.measure); each
-    record's `build_group` says how many shared its build."""
+    record's `build_group` says how many shared its build. Off by default: it halves the build time of 8 small
+    kernels in one process, but on benchmarks/collect_speed.py's tasks the whole collect was no faster (0.87x
+    against separate builds, same candidates: a group waits for its slowest kernel while the other worker
+    idles)."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
     from tensorlang.data import split
@@ -410,7 +413,7 @@ def main_collect(args) -> int:
         summary = collect(args.tasks, args.target, out, trials=args.trials, budget_min=args.budget,
                           batch=args.batch, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rpc=rpc,
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
-                          skip_heldout=args.skip_heldout, order=args.order, joint_builds=not args.separate_builds,
+                          skip_heldout=args.skip_heldout, order=args.order, joint_builds=args.joint_builds,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:
