@@ -122,6 +122,14 @@ def _copies(op: OpModel) -> list[tuple[str, str]]:
     return out
 
 
+def _reads(e, into: set) -> None:
+    """The tensors expression `e` reads, added to `into`."""
+    if isinstance(e, A.Access):
+        into.add(e.tensor)
+    for c in _children(e):
+        _reads(c, into)
+
+
 def divisors(op: OpModel) -> set[str]:
     """Float inputs read in the right operand of a `/` (directly, or through stages that copy them, as an
     extracted batch norm's `expand_dims` does): their random values are kept away from zero. A standard
@@ -129,15 +137,9 @@ def divisors(op: OpModel) -> set[str]:
     of MobileNetV2's batch-8 `conv2d20 ... divide13 ... clip8` was recorded `wrong` for it."""
     found: set[str] = set()
 
-    def reads(e):
-        if isinstance(e, A.Access):
-            found.add(e.tensor)
-        for c in _children(e):
-            reads(c)
-
     def visit(e):
         if isinstance(e, A.BinOp) and e.op == "/":
-            reads(e.right)
+            _reads(e.right, found)
         for c in _children(e):
             visit(c)
 
@@ -160,16 +162,10 @@ def nonnegative_inputs(op: OpModel) -> set[str]:
     stage_of = {st.tensor: st for st in op.stages}
     found: set[str] = set()
 
-    def reads(e, into: set):
-        if isinstance(e, A.Access):
-            into.add(e.tensor)
-        for c in _children(e):
-            reads(c, into)
-
     def visit(e):
         if isinstance(e, A.Call) and e.func in _NONNEGATIVE_ARGUMENT:
             for a in e.args:
-                reads(a, found)
+                _reads(a, found)
         for c in _children(e):
             visit(c)
 
@@ -181,7 +177,7 @@ def nonnegative_inputs(op: OpModel) -> set[str]:
         if st is None:
             continue
         more: set = set()
-        reads(st.ast.rhs, more)
+        _reads(st.ast.rhs, more)
         todo += sorted(more - found)
         found |= more
     return {t.name for t in op.inputs if t.name in found and t.dtype in D.FLOATS}
