@@ -311,8 +311,9 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
 
 def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
     """lm/inference.py against transformers on one checkpoint: prefill, a multi-token step and a one-token
-    step on the cache, a batched look-ahead on a repeated cache -- bit for bit; and the two engines give the
-    same greedy schedules and the same samples."""
+    step on the cache, a batched look-ahead on a repeated cache -- the same logits (bit for bit on the
+    Xeon this was written on; within 1e-5 asked, as another CPU's kernels may round differently); and the
+    two engines give the same greedy schedules and the same samples."""
     import copy
 
     import torch
@@ -327,14 +328,15 @@ def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
     with torch.inference_mode():
         ref = hf(input_ids=ids, use_cache=True)
     got, cache = dec(ids)
-    assert torch.equal(ref.logits, got)
+    same = lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-5)  # noqa: E731
+    assert same(ref.logits, got)
     hf_cache = ref.cache if ref.get("cache") is not None else ref.past_key_values
     for n in (3, 1):
         step = torch.randint(0, hf.config.vocab_size, (1, n), generator=g)
         with torch.inference_mode():
             ref = hf(input_ids=step, use_cache=True, cache=hf_cache)
         got, cache = dec(step, cache)
-        assert torch.equal(ref.logits, got) and cache.get_seq_length() == 120 + 3 + (n == 1)
+        assert same(ref.logits, got) and cache.get_seq_length() == 120 + 3 + (n == 1)
         hf_cache = ref.cache if ref.get("cache") is not None else ref.past_key_values
     batch = torch.randint(0, hf.config.vocab_size, (4, 5), generator=g)
     hc, dc = copy.deepcopy(hf_cache), copy.deepcopy(cache)
@@ -343,7 +345,7 @@ def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
     with torch.inference_mode():
         ref = hf(input_ids=batch, attention_mask=torch.ones((4, hc.get_seq_length() + 5), dtype=torch.long),
                  use_cache=True, cache=hc)
-    assert torch.equal(ref.logits, dec(batch, dc)[0])
+    assert same(ref.logits, dec(batch, dc)[0])
 
     fast, slow = Generator(tiny[0] / "fine"), Generator(tiny[0] / "fine", engine="transformers")
     assert fast.engine == "torch" and isinstance(slow.model, type(hf))

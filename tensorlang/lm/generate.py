@@ -10,7 +10,7 @@ the legal next tokens of `NextTokens` (everything else -inf), so no output is ev
 Tokens with one legal choice (forced: SKETCH, DECISIONS, the decision heads, ...) are fed together with the
 next chosen token in one forward step; the prompt and the forced tokens after it are the prefill. KV cache on.
 The forward pass is `lm/inference.GPT2Decoder` by default (the checkpoint's GPT2LMHeadModel computed in torch
-alone, bit-identical, without transformers' 2.5-5 s import); `engine="transformers"` runs GPT2LMHeadModel.
+alone with the same torch calls -- the same logits, bit for bit here -- without transformers' 2.5-5 s import); `engine="transformers"` runs GPT2LMHeadModel.
 Greedy ties go to the lowest token id (torch.argmax over the legal ids in ascending order returns the
 first maximum). Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
 schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
