@@ -585,6 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--model", default="", help="its vendor model name, e.g. 'AMD EPYC'")
     dr.add_argument("--old-machine", default=None, help="re-label only the records of this old machine id")
     dr.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["main_relabel"]).main_relabel(args))
+    drn = da_sub.add_parser("rename-machine", help="make the records of one machine id records of another "
+                                                   "(after the id's definition changed)")
+    drn.add_argument("dirs", nargs="+", help="measured dataset dirs")
+    drn.add_argument("--old", required=True, help="the machine id to rename")
+    drn.add_argument("--new", default=None, help="the id it becomes (default: this host's)")
+    drn.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["x"]).main_rename_machine(args))
     dre = da_sub.add_parser("reencode", help="re-encode v1 and v2 tensor sentences in today's form (v1: re-keyed, keeping key_v1, hash_v1)")
     dre.add_argument("dirs", nargs="+", help="measured or pre-training dataset dirs")
     dre.add_argument("--budget", type=float, default=None,

@@ -31,8 +31,11 @@ from pathlib import Path
 HOST_ENV = "TENSORLANG_HOST_CPU"
 # The instruction-set families that decide what a kernel can use and how wide its vectors are. The
 # machine id is made of these (with the name and the cores), not of every flag: a VM's minor flags
-# (`rdpid`, `waitpkg`, cache sizes of its host pool) vary between instances of one CPU model.
-SIMD_PREFIXES = ("sse", "ssse3", "avx", "fma", "f16c", "amx")
+# (`rdpid`, `waitpkg`, cache sizes of its host pool) vary between instances of one CPU model. AMX is
+# left out too: LLVM never vectorises into its tile registers (only intrinsics the space does not
+# hold reach them), and one Emerald Rapids VM pool exposes it on some instances and not on others --
+# whose latencies agree within run-to-run noise (benchmarks/results/host_agreement.json).
+SIMD_PREFIXES = ("sse", "ssse3", "avx", "fma", "f16c")
 # Per-core caches assumed for a named CPU that is not this host (nothing to read them from).
 DEFAULT_L1D, DEFAULT_L2 = 32 << 10, 1 << 20
 

@@ -297,6 +297,26 @@ def test_relabel_names_the_host_and_keeps_the_old_key(tmp_path):
     assert sorted(r["key"] for r in dataset.read(root)) == sorted(r["key"] for r in recs)
 
 
+def test_rename_machine_rekeys_one_machines_records_and_leaves_the_others(tmp_path):
+    from tensorlang.data.relabel import rename_machine
+    root = tmp_path / "m"
+    with dataset.Writer(root, shard_records=2) as w:
+        for i, m in enumerate(["old", "old", "other"]):
+            d = [[1, i + 1], -2]
+            w.append({"key": record_key("t0", "llvm", m, 0, d), "task": {"file": "f", "op": "o", "hash": "t0"},
+                      "target": "llvm", "machine": m, "host": {"id": m}, "sketch": 0, "decisions": d, "status": "ok",
+                      "median_s": 1e-3 * (i + 1), "policy": "random"})
+        w.close(compress_open=True)
+    (root / "metaschedule-32.done").write_text("t0|llvm|old\nt1|llvm|other\n")
+    assert rename_machine(root, "old", "new") == {"renamed": 2, "unchanged": 1, "machine": "new"}
+    recs = list(dataset.read(root))
+    assert [r["machine"] for r in recs] == ["new", "new", "other"]
+    assert [r["host"]["id"] for r in recs] == ["old", "old", "other"]  # what timed them stays said
+    assert all(r["key"] == record_key("t0", "llvm", r["machine"], 0, r["decisions"]) for r in recs)
+    assert (root / "metaschedule-32.done").read_text() == "t0|llvm|new\nt1|llvm|other\n"
+    assert rename_machine(root, "old", "new")["renamed"] == 0
+
+
 def test_the_committed_split_is_the_one_the_workloads_give(monkeypatch):
     """data/split.json is derived from the workloads and the task key: regenerate it (`tensorlang data split`)
     whenever either changes. Held out: keys of held-out models that no training model of the split's shares; a

@@ -58,6 +58,17 @@ def test_machine_ids_tell_cpus_apart():
     assert zen4 == machine.machine_id("znver4", sorted(machine.cpu_features("znver4")), 2)  # stable
 
 
+def test_an_emerald_rapids_vm_with_or_without_amx_is_one_machine():
+    """AMX decides nothing in the kernels LLVM writes for the space's schedules; a VM pool that shows it
+    on some instances and not on others must not split one CPU's measurements in two ids."""
+    with_amx = machine.CPU("emeraldrapids", machine.cpu_features("emeraldrapids"), 2)
+    assert {"amx-tile", "amx-bf16", "amx-int8"} <= with_amx.features
+    without = machine.CPU("emeraldrapids", frozenset(f for f in with_amx.features if not f.startswith("amx")), 2)
+    assert with_amx.id == without.id and with_amx.simd == without.simd
+    no_avx512 = machine.CPU("emeraldrapids", frozenset(f for f in with_amx.features if not f.startswith("avx512")), 2)
+    assert no_avx512.id != with_amx.id
+
+
 def test_override_makes_the_host_an_older_cpu(monkeypatch, as_haswell):
     real = machine._host(None)
     assert as_haswell.name == OLD_CPU and as_haswell.overridden_from == real.name
