@@ -261,7 +261,7 @@ def test_compute_at_sites_answered_by_shape_agree_with_replays():
     """NextTokens answers a compute-at decision met before under the same shape key (earlier sites, unit
     tile factors) without a replay: on sampled points of operators with many compute-at decisions, the
     sites so answered are the replay's."""
-    files = [ROOT / "examples" / "softmax.tsched", ROOT / "examples" / "auto.tsched",
+    files = [ROOT / "examples" / "softmax.tsched", ROOT / "examples" / "auto.tsched", ROOT / "examples" / "conv2d.tsched",
              *[f for f in WORKLOADS if f.endswith(("fused_softmax_broadcast_to5.tsched", "layer_norm.tsched"))]]
     checked = 0
     for f in files:
@@ -278,6 +278,34 @@ def test_compute_at_sites_answered_by_shape_agree_with_replays():
                 nt.finish()  # replays in full and compares every site answered by shape (raises if one differs)
                 assert not nt._assumed
     assert checked > 20
+
+
+@pytest.mark.parametrize("file,op,target,n", [("conv2d", "conv2d", "cpu", 40), ("softmax", "softmax", "cpu", 40),
+                                              ("auto", "layernorm", "llvm", 40), ("matmul", "matmul", "cpu", 10)])
+def test_compute_at_sites_derived_from_earlier_replays_are_the_replays(file, op, target, n):
+    """A compute-at decision met under one coarse key (earlier sites, shaping categoricals; tile factors
+    left out) is answered for another unit pattern from what earlier replays saw (SiteFacts): on sampled
+    points, every site so derived -- the domain and each site's tokens -- is what a replay of that point
+    gives; and most decisions of a conv2d's pad are answered so after a few replays."""
+    doc = api.load(ROOT / "examples" / f"{file}.tsched")
+    space = Space(doc.model.ops[op], doc.primfunc(op), api.resolve_target(doc, target))
+    derived = met = 0
+    for sketch, decisions, _ in space.sample_decisions(n, seed=5):
+        seen = []
+        space.replay(sketch, lambda pt, prefix: (seen.append((pt, prefix)), decisions[len(prefix)])[1], convert=False)
+        for point, prefix in seen:
+            if point.kind != "location":
+                continue
+            met += 1
+            answer = S.derived_point(space, sketch, prefix)
+            if answer is not None:
+                derived += 1
+                assert (answer.domain, S.site_values(space, answer)) == (point.domain, S.site_values(space, point))
+            S.remember_sites(space, sketch, prefix, point)
+    if op == "conv2d":
+        assert met == n and derived >= n // 2
+    if op == "matmul":
+        assert met == 0  # no compute-at decision: nothing to derive
 
 
 def test_sentences_of_another_version_are_refused(softmax):

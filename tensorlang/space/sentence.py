@@ -35,6 +35,7 @@ replaying the sketch incrementally; forced tokens (one legal choice) are flagged
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import queue
 import threading
@@ -48,7 +49,7 @@ from tensorlang.analysis import dtypes as D
 from tensorlang.analysis.model import FUNCTIONS, OpModel
 from tensorlang.analysis.targets import GPU_DEFAULTS, KNOWN_CPUS
 from tensorlang.parser import ast as A
-from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space
+from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space, candidate_sites
 
 GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 3, 2, 2
 MAX_TENSORS, MAX_LOOPS, MAX_PARTS = 64, 16, 16
@@ -92,6 +93,7 @@ INTS = tuple(range(-2, 257)) + tuple(n for n in range(257, 65537) if _smooth(n))
 _INT_SET = frozenset(INTS)
 
 
+@functools.lru_cache(maxsize=1)
 def tvm_version() -> str:
     try:
         from importlib.metadata import version
@@ -518,7 +520,8 @@ _INFO: "weakref.WeakKeyDictionary[Space, dict]" = weakref.WeakKeyDictionary()
 def _info(space: Space) -> dict:
     info = _INFO.get(space)
     if info is None:
-        info = _INFO[space] = {"ids": tensor_ids(space.op), "facts": {}, "shapes": {}}
+        info = _INFO[space] = {"ids": tensor_ids(space.op), "facts": {}, "shapes": {}, "sites": {},
+                               "lock": threading.Lock()}
     return info
 
 
@@ -669,8 +672,7 @@ def site_values(space: Space, point: DecisionPoint) -> list[tuple[tuple, int]]:
         return cached
     ids = _info(space)["ids"]
     chain = list(point.consumer_loops)
-    realize = _realize_named(chain[-1], point.consumer)[0] if chain else None
-    users = _iter_users(realize, chain) if realize is not None else []
+    users = consumer_users(point) or []
     out = []
     for d in point.domain:
         if d < 0:
@@ -692,6 +694,17 @@ def site_values(space: Space, point: DecisionPoint) -> list[tuple[tuple, int]]:
     return out
 
 
+def consumer_users(point: DecisionPoint) -> tuple | None:
+    """A compute-at decision's consumer iterators: per iterator, the positions of the consumer loops its
+    binding uses (None: the consumer is not under its loops). Computed once per point."""
+    if "users" not in point.cache:
+        chain = list(point.consumer_loops)
+        realize = _realize_named(chain[-1], point.consumer)[0] if chain else None
+        point.cache["users"] = (tuple(tuple(u) for u in _iter_users(realize, chain))
+                                if realize is not None else None)
+    return point.cache["users"]
+
+
 def _distinct(seqs: list[tuple[tuple, object]]) -> list[tuple[tuple, object]]:
     """Token sequences made unique (and so prefix-free): a sequence two values share gets `# n` on each."""
     count: dict = {}
@@ -705,6 +718,197 @@ def _distinct(seqs: list[tuple[tuple, object]]) -> list[tuple[tuple, object]]:
             s = s + ("#", *int_tokens(n))
         out.append((s, v))
     return out
+
+
+# ------------------------------------------------- compute-at sites derived
+# A compute-at decision's sites depend on the tile factors before it only through which of its
+# consumer's loops run once: TVM skips those as sites and counts them data-parallel. Everything else
+# -- which loops exist, which iterators' bindings use each (unit loops included), the kind of each loop
+# that runs more than once, where compute_at is legal -- is the structure the other decisions (earlier
+# sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts, merged) answer
+# it for every unit pattern whose running loops ran in one of them. Merging checks that the replays
+# agree on each loop's facts (a key where they would not is never answered so); every site derived is
+# checked against a full replay when the schedule is finished (NextTokens._met); tests compare them on
+# sampled points of the workloads.
+@dataclass
+class SiteFacts:
+    point: DecisionPoint  # the first replay's (the consumer, its loops' names, the sources)
+    kinds: list  # per candidate loop: its iteration type when it runs more than once (None: not seen so)
+    legal: list  # per candidate loop: compute_at legal there when it runs more than once
+    users: tuple  # per consumer iterator: the positions of the consumer loops its binding uses
+    ran: set  # positions of the consumer loops seen running more than once
+    consistent: bool = True
+
+    @staticmethod
+    def of(point: DecisionPoint) -> "SiteFacts | None":
+        if point.kind != LOCATION or point.rule is None or point.sources is None or not point.consumer_loops:
+            return None
+        n = len(point.rule.kinds)
+        facts = SiteFacts(point, [None] * n, [None] * n, (), set())
+        return facts if facts.merge(point) else None
+
+    def merge(self, point: DecisionPoint) -> bool:
+        """Add what a replay of the decision saw; False (and never answering again) where it disagrees."""
+        if not self.consistent:
+            return False
+        rule, chain = point.rule, list(point.consumer_loops)
+        users = consumer_users(point)
+        if (users is None or point.sources != self.point.sources or rule.inline != self.point.rule.inline
+                or len(rule.kinds) != len(self.kinds)):
+            self.consistent = False
+            return False
+        if self.users and users != self.users:
+            self.consistent = False
+            return False
+        self.users = users
+        for i, loop in enumerate(chain):
+            if _is_one(loop.extent):
+                continue
+            self.ran.add(i)
+            if i < len(self.kinds):
+                for mine, theirs in ((self.kinds, rule.kinds[i]), (self.legal, rule.legal[i])):
+                    if theirs is None:  # not asked by that replay (the rule stopped before it)
+                        continue
+                    if mine[i] is not None and mine[i] != theirs:
+                        self.consistent = False
+                    mine[i] = theirs
+        return self.consistent
+
+    def derive(self, space: Space, decisions) -> DecisionPoint | None:
+        """The decision after `decisions` (a prefix under this coarse key): its domain and site tokens --
+        or None when these facts cannot tell (a loop runs now that no replay saw running, or a site's
+        words would need another block's bindings)."""
+        if not self.consistent:
+            return None
+        t = self.point
+        units = []
+        for i, src in enumerate(t.sources):
+            unit = decisions[src[1]][src[2]] == 1 if src[0] == "tile" else _is_one(t.consumer_loops[i].extent)
+            if not unit and i not in self.ran:
+                return None
+            units.append(unit)
+        n = len(self.kinds)
+        kinds = tuple("datapar" if units[i] else self.kinds[i] for i in range(n))
+
+        def legal(i: int) -> bool:
+            if self.legal[i] is None:  # no replay asked TVM about this loop
+                raise _Unknown()
+            return self.legal[i]
+        try:
+            domain = candidate_sites(t.rule.inline, kinds, units[:n], legal)
+        except _Unknown:
+            return None
+        users = [list(u) for u in self.users]
+        ids = _info(space)["ids"]
+        out = []
+        for d in domain:
+            if d < 0:
+                out.append((("inline",) if d == -2 else ("root",), d))
+                continue
+            words = _role_words(users, d)
+            if words == ["free"]:
+                return None
+            out.append((tuple(block_tokens(t.consumer, ids) + words), d))
+        sites = tuple(t.consumer_loops[d].loop_var.name if d >= 0 else "" for d in domain)
+        return replace(t, domain=domain, sites=sites, cache={"sites": _distinct(out), "users": self.users})
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _is_one(extent) -> bool:
+    try:
+        return int(extent) == 1
+    except (TypeError, ValueError):
+        return False
+
+
+def coarse_key(space: Space, sketch: int, decisions) -> tuple:
+    """shape_key without the tile factors (their unit patterns are SiteFacts' business)."""
+    kinds = _facts(space, sketch).kinds
+    return (sketch, tuple(None if kinds[k] == TILE else v for k, v in enumerate(shape_key(space, sketch, decisions)[1])))
+
+
+def remember_sites(space: Space, sketch: int, decisions, point: DecisionPoint, widen: bool = True) -> None:
+    """What a replay saw of a compute-at decision, merged into its coarse key's facts. When that replay
+    left loops running once that a tile could make run more (widen), the decision is also replayed, in
+    the background, with the widest tiles and every loop's legality asked: then the next unit patterns
+    are answered without a replay."""
+    info = _info(space)
+    key = coarse_key(space, sketch, decisions)
+    with info["lock"]:
+        facts = info["sites"].get(key)
+        if facts is not None:
+            facts.merge(point)
+            return
+        facts = SiteFacts.of(point)
+        if facts is None:
+            return
+        info["sites"][key] = facts
+    if widen and any(src[0] == "tile" and i not in facts.ran for i, src in enumerate(facts.point.sources)):
+        _Widener.of(space).put((sketch, tuple(decisions)))
+
+
+def derived_point(space: Space, sketch: int, decisions) -> DecisionPoint | None:
+    info = _info(space)
+    with info["lock"]:
+        facts = info["sites"].get(coarse_key(space, sketch, decisions))
+        return facts.derive(space, decisions) if facts is not None else None
+
+
+def _widest(domain) -> tuple:
+    """The factorization with the most factors above 1 (the first such)."""
+    return max(domain, key=lambda f: sum(x > 1 for x in f))
+
+
+class _Widener:
+    """A space's background replays of compute-at decisions with the widest tiles (remember_sites). It
+    holds the space weakly and ends when the space is gone or nothing has been asked for a while."""
+
+    def __init__(self, space: Space):
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, args=(weakref.ref(space), self.jobs), daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def of(space: Space) -> "_Widener":
+        info = _info(space)
+        with info["lock"]:
+            w = info.get("widener")
+            if w is None or not w.thread.is_alive():
+                w = info["widener"] = _Widener(space)
+            return w
+
+    def put(self, job) -> None:
+        self.jobs.put(job)
+
+    @staticmethod
+    def _run(space_ref, jobs: queue.Queue) -> None:
+        while True:
+            try:
+                sketch, decisions = jobs.get(timeout=10)
+            except queue.Empty:
+                return
+            space = space_ref()
+            if space is None:
+                return
+            k = len(decisions)
+
+            def choose(point, prefix):
+                if len(prefix) == k:
+                    remember_sites(space, sketch, decisions, point, widen=False)
+                    raise _Stopped()
+                if point.kind == TILE:
+                    return _widest(point.domain)
+                if decisions[len(prefix)] not in point.domain:
+                    raise _Stopped()
+                return decisions[len(prefix)]
+            try:
+                space.replay(sketch, choose, convert=False, probe_all=True)
+            except Exception:  # _Stopped, or the widened tiles made the schedule refuse an earlier value
+                pass
+            del space
 
 
 def categorical_values(point: DecisionPoint) -> list[tuple[tuple, int]]:
@@ -1023,6 +1227,8 @@ class NextTokens:
             point = self.space.point_memo.get((self.sketch, tuple(self.decisions)))
         if point is None and k < len(self._static):
             point = _info(self.space)["shapes"].get(shape_key(self.space, self.sketch, self.decisions))
+            if point is None and _facts(self.space, self.sketch).kinds[k] == LOCATION:
+                point = derived_point(self.space, self.sketch, self.decisions)
             if point is not None:
                 self._assumed[k] = point
         if point is not None:
@@ -1047,6 +1253,7 @@ class NextTokens:
         if assumed is point:  # handed to the replay as known: not a check (finish() replays without it)
             return
         _info(self.space)["shapes"].setdefault(shape_key(self.space, self.sketch, self.decisions[:k]), point)
+        remember_sites(self.space, self.sketch, self.decisions[:k], point)
         if assumed is None:
             return
         del self._assumed[k]

@@ -49,6 +49,11 @@ class DecisionPoint:
     outer: tuple = field(default=(), compare=False, repr=False)
     consumer: str = ""
     consumer_loops: tuple = field(default=(), compare=False, repr=False)
+    # location: the facts its domain was decided by (SiteRule) and, per consumer loop, where its extent
+    # comes from (loop_sources) -- what lets a decoder derive the sites of the same decision after
+    # other tile factors without a replay (space/sentence.py: SiteTemplate)
+    rule: object = field(default=None, compare=False, repr=False)
+    sources: tuple | None = field(default=None, compare=False, repr=False)
     # derived views of this point that a user computes once (the sentence's tokens for it)
     cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
@@ -235,6 +240,66 @@ def factorizations(extent: int, n: int, max_innermost: int = 0) -> tuple[tuple[i
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class SiteRule:
+    """What a compute-at decision's sites were decided by (Space.location_rule): whether the block can be
+    inlined and, per loop of its first consumer down to the consumers' lowest common ancestor, the
+    loop's iteration type (TVM's GetLoopIterType), whether it runs once, and whether compute_at there
+    is legal (None: not asked)."""
+    inline: bool
+    kinds: tuple
+    units: tuple
+    legal: tuple
+
+    def domain(self) -> tuple[int, ...]:
+        return candidate_sites(self.inline, self.kinds, self.units, self.legal.__getitem__)
+
+
+def candidate_sites(inline: bool, kinds, units, legal: Callable[[int], bool]) -> tuple[int, ...]:
+    """TVM's CollectComputeLocation, given the facts: inline (-2) if it can, root (-1), then each loop
+    that runs more than once, up to a data-parallel loop after a reduction one and before the trailing
+    reduction ones, where compute_at is legal."""
+    out = [-2] if inline else []
+    out.append(-1)
+    last_datapar = max((i for i, k in enumerate(kinds) if k == "datapar"), default=-1)
+    visited_reduce = False
+    for i in range(len(kinds)):
+        if units[i]:
+            continue
+        if kinds[i] == "datapar":
+            if visited_reduce:
+                break
+        else:
+            visited_reduce = True
+            if i > last_datapar:
+                break
+        if legal(i):
+            out.append(i)
+    return tuple(out)
+
+
+def loop_sources(loops, tile_loops: list, original: frozenset) -> tuple | None:
+    """Per loop of `loops` (a block's loops at a point of a replay), where its extent comes from:
+    ("tile", k, part) -- factor `part` of decision k, which tiled the loop named `tile_loops[k]` (TVM names
+    a split's loops `<name>_<part>`); ("static",) -- the same whatever the decisions so far are (a loop
+    of the unscheduled function). None when some loop is neither (a fusion, a cache stage's loop)."""
+    out = []
+    for loop in loops:
+        name = loop.loop_var.name
+        src = None
+        for k in range(len(tile_loops) - 1, -1, -1):
+            base = tile_loops[k]
+            if base and name.startswith(base + "_") and name[len(base) + 1:].isdigit():
+                src = ("tile", k, int(name[len(base) + 1:]))
+                break
+        if src is None and name in original:
+            src = ("static",)
+        if src is None:
+            return None
+        out.append(src)
+    return tuple(out)
+
+
 class Space:
     def __init__(self, op_model, mod, target_model, seed: int = 0):
         from tensorlang.lower.targets import tvm_target
@@ -321,12 +386,14 @@ class Space:
 
     # ------------------------------------------------------------ replay
     def replay(self, sketch: int, choose: Callable[[DecisionPoint, tuple], object], convert: bool = True,
-               known: dict | None = None) -> Point:
+               known: dict | None = None, probe_all: bool = False) -> Point:
         """Replay a sketch, asking `choose(point, decisions so far)` for each decision. `known`: decision
-        index -> its DecisionPoint, when the caller has it already (not asked of TVM again)."""
+        index -> its DecisionPoint, when the caller has it already (not asked of TVM again). probe_all: a
+        compute-at decision asks TVM about every loop that runs more than once, also those its sites stop
+        before (what other unit patterns reach: space/sentence.py, SiteFacts)."""
         if sketch in self.excluded:
             raise Infeasible(f"sketch {sketch} is excluded: {self.excluded[sketch]}")
-        sch, made = self._apply(sketch, choose, self.gpu_models[sketch], known)
+        sch, made = self._apply(sketch, choose, self.gpu_models[sketch], known, probe_all)
         with self.ctx.target:
             for p in self.postprocs:
                 if not p.apply(sch):
@@ -340,20 +407,20 @@ class Space:
             point.stmts, _ = trace_to_statements(sch.trace, self.mod, self.op)
         return point
 
-    def _apply(self, sketch: int, choose, gpu=None, known: dict | None = None):
+    def _apply(self, sketch: int, choose, gpu=None, known: dict | None = None, probe_all: bool = False):
         """The sketch's instructions with `choose`'s decisions, before the postprocessors: (schedule, decisions)."""
-        from tvm import s_tir
-        # "fast" errors: the location probes meet many refusals, and rendering each in detail costs 0.3 ms
-        sch = s_tir.Schedule(self.mod, error_render_level="fast")
+        sch = Unchecked(self._unscheduled).copy()
         made: list = []
+        tile_loops: list = []  # per decision: the name of the loop a tile decision splits (else None)
 
         def provider(inst, inputs, attrs, decision):
             # a point the caller knows is not asked of TVM again (a compute-at site's probes cost ~1 ms)
             point = known.get(len(made)) if known and inst.kind.name in _SAMPLING else None
             if point is None:
-                point = self.decision_point(sch, inst, inputs, attrs)
+                point = self.decision_point(sch, inst, inputs, attrs, tile_loops, probe_all)
             if point is None:
                 return decision
+            tile_loops.append(point.subject.rsplit(" (", 1)[0] if point.kind == TILE else None)
             if len(self.point_memo) > 100_000:
                 self.point_memo.clear()
             self.point_memo[(sketch, tuple(made))] = point
@@ -369,7 +436,10 @@ class Space:
             self.sketches[sketch].apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
         return sch, made
 
-    def decision_point(self, sch, inst, inputs, attrs) -> DecisionPoint | None:
+    def decision_point(self, sch, inst, inputs, attrs, tile_loops: list = (),
+                       probe_all: bool = False) -> DecisionPoint | None:
+        """The decision an instruction asks for at this point of a replay. tile_loops: per decision before
+        it, the loop name a tile decision split (for a compute-at decision's loop sources)."""
         kind = inst.kind.name
         if kind == "SamplePerfectTile":
             loop = Unchecked(sch).get(inputs[0])
@@ -383,24 +453,47 @@ class Space:
                                  f"one of {list(candidates)}", candidates=candidates)
         if kind == "SampleComputeLocation":
             block = inputs[0]
-            domain = self.location_domain(sch, block)
+            rule, domain = self.location_rule(sch, block, probe_all)
             fast = Unchecked(sch)
             consumers = fast.get_consumers(block)
             loops = tuple(fast.get(rv) for rv in fast.get_loops(consumers[0])) if consumers else ()
             sites = tuple(loops[d].loop_var.name if d >= 0 else "" for d in domain)
             name = fast.get(block).name_hint
             return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", sites=sites, placed=name,
-                                 consumer=fast.get(consumers[0]).name_hint if consumers else "", consumer_loops=loops)
+                                 consumer=fast.get(consumers[0]).name_hint if consumers else "", consumer_loops=loops,
+                                 rule=rule, sources=loop_sources(loops, list(tile_loops), self._original_loops))
         return None
+
+    @cached_property
+    def _unscheduled(self):
+        """The function as a Schedule, which each replay copies: a copy costs 10 us, a new Schedule 0.7 ms
+        (its block dependence analysis). "fast" errors: the location probes meet many refusals, and
+        rendering each in detail costs 0.3 ms."""
+        from tvm import s_tir
+        return s_tir.Schedule(self.mod, error_render_level="fast")
+
+    @cached_property
+    def _original_loops(self) -> frozenset:
+        """The loop variables' names of the unscheduled function (a loop a primitive made has a new one)."""
+        from tvm import tirx
+
+        from tensorlang.lower import tir
+        return frozenset(n.loop_var.name for n, _ in tir.walk(self.mod["main"].body) if isinstance(n, tirx.For))
 
     @staticmethod
     def location_domain(sch, block) -> tuple[int, ...]:
+        return Space.location_rule(sch, block)[1]
+
+    @staticmethod
+    def location_rule(sch, block, probe_all: bool = False) -> tuple["SiteRule", tuple[int, ...]]:
         """The sites SampleComputeLocation accepts for `block`, by TVM's own rules (CollectComputeLocation):
         -2 if the block can be inlined, -1 (root), then the i-th loop of the first consumer for the loops
         down to the consumers' lowest common ancestor -- skipping unit loops, stopping at a data-parallel
         loop after a reduction one and before trailing reduction ones -- where compute_at is legal.
         Each legality is asked of TVM once, on a copy of the schedule (TVM's sampler would redo the
-        whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad)."""
+        whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad).
+        Returns the facts decided by (SiteRule) and the sites; probe_all: ask about every loop that runs
+        more than once, also those the rule stops before."""
         from tvm.s_tir import ScheduleError
         fast = Unchecked(sch)
 
@@ -413,11 +506,11 @@ class Space:
 
         # A block with a reduction axis is not "complete", which compute_inline requires: no probe needed.
         reduces = any(int(iv.iter_type) == 2 for iv in fast.get(block).iter_vars)
-        out = [-2] if not reduces and legal(lambda t: t.compute_inline(block)) else []
-        out.append(-1)
+        inline = not reduces and legal(lambda t: t.compute_inline(block))
         consumers = fast.get_consumers(block)
         if not consumers:
-            return tuple(out)
+            rule = SiteRule(inline, (), (), ())
+            return rule, rule.domain()
         loop_rvs = fast.get_loops(consumers[0])
         loops = [fast.get(rv) for rv in loop_rvs]
         if len(consumers) > 1:
@@ -432,22 +525,20 @@ class Space:
         else:
             parent = fast.get_sref(consumers[0]).parent
             n_candidates = len(loops) if loops and parent is not None and parent.stmt.same_as(loops[-1]) else 0
-        kinds = [_loop_iter_type(loop) for loop in loops[:n_candidates]]
-        last_datapar = max((i for i, k in enumerate(kinds) if k == "datapar"), default=-1)
-        visited_reduce = False
-        for i in range(n_candidates):
-            if _int(loops[i].extent) == 1:
-                continue
-            if kinds[i] == "datapar":
-                if visited_reduce:
-                    break
-            else:
-                visited_reduce = True
-                if i > last_datapar:
-                    break
-            if legal(lambda t, rv=loop_rvs[i]: t.compute_at(block, rv, preserve_unit_loops=True)):
-                out.append(i)
-        return tuple(out)
+        kinds = tuple(_loop_iter_type(loop) for loop in loops[:n_candidates])
+        units = tuple(_int(loop.extent) == 1 for loop in loops[:n_candidates])
+        asked: list = [None] * n_candidates
+
+        def ask(i: int) -> bool:
+            if asked[i] is None:
+                asked[i] = legal(lambda t, rv=loop_rvs[i]: t.compute_at(block, rv, preserve_unit_loops=True))
+            return asked[i]
+        if probe_all:
+            for i in range(n_candidates):
+                if not units[i]:
+                    ask(i)
+        domain = candidate_sites(inline, kinds, units, ask)
+        return SiteRule(inline, kinds, units, tuple(asked)), domain
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, seed: int = 0, max_rejections: int = 1000) -> tuple[list[Point], int]:
