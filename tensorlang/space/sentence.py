@@ -725,8 +725,8 @@ def _distinct(seqs: list[tuple[tuple, object]]) -> list[tuple[tuple, object]]:
 # consumer's loops run once: TVM skips those as sites and counts them data-parallel. Everything else
 # -- which loops exist, which iterators' bindings use each (unit loops included), the kind of each loop
 # that runs more than once, where compute_at is legal -- is the structure the other decisions (earlier
-# sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts, merged) answer
-# it for every unit pattern whose running loops ran in one of them. Merging checks that the replays
+# sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts,
+# merged) answer it for every unit pattern whose running loops ran in one of them. Merging checks that the replays
 # agree on each loop's facts (a key where they would not is never answered so); every site derived is
 # checked against a full replay when the schedule is finished (NextTokens._met); tests compare them on
 # sampled points of the workloads.
@@ -740,7 +740,7 @@ class SiteFacts:
     consistent: bool = True
 
     @staticmethod
-    def of(point: DecisionPoint) -> "SiteFacts | None":
+    def of(point: DecisionPoint) -> SiteFacts | None:
         if point.kind != LOCATION or point.rule is None or point.sources is None or not point.consumer_loops:
             return None
         n = len(point.rule.kinds)

@@ -51,7 +51,7 @@ class DecisionPoint:
     consumer_loops: tuple = field(default=(), compare=False, repr=False)
     # location: the facts its domain was decided by (SiteRule) and, per consumer loop, where its extent
     # comes from (loop_sources) -- what lets a decoder derive the sites of the same decision after
-    # other tile factors without a replay (space/sentence.py: SiteTemplate)
+    # other tile factors without a replay (space/sentence.py: SiteFacts)
     rule: object = field(default=None, compare=False, repr=False)
     sources: tuple | None = field(default=None, compare=False, repr=False)
     # derived views of this point that a user computes once (the sentence's tokens for it)
@@ -479,10 +479,6 @@ class Space:
 
         from tensorlang.lower import tir
         return frozenset(n.loop_var.name for n, _ in tir.walk(self.mod["main"].body) if isinstance(n, tirx.For))
-
-    @staticmethod
-    def location_domain(sch, block) -> tuple[int, ...]:
-        return Space.location_rule(sch, block)[1]
 
     @staticmethod
     def location_rule(sch, block, probe_all: bool = False) -> tuple["SiteRule", tuple[int, ...]]:
