@@ -864,7 +864,8 @@ def _widest(domain) -> tuple:
 
 class _Widener:
     """A space's background replays of compute-at decisions with the widest tiles (remember_sites). It
-    holds the space weakly and ends when the space is gone or nothing has been asked for a while."""
+    holds the space weakly and ends when the space is gone or nothing has been asked for a while (a job
+    put just as it ends is dropped: widening only saves later replays, it decides nothing)."""
 
     def __init__(self, space: Space):
         self.jobs: queue.Queue = queue.Queue()
