@@ -49,7 +49,8 @@ from tensorlang.analysis import dtypes as D
 from tensorlang.analysis.model import FUNCTIONS, OpModel
 from tensorlang.analysis.targets import GPU_DEFAULTS, KNOWN_CPUS
 from tensorlang.parser import ast as A
-from tensorlang.space.space import CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space, candidate_sites
+from tensorlang.space.space import (CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space, candidate_sites,
+                                    runs_once)
 
 GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 3, 2, 2
 MAX_TENSORS, MAX_LOOPS, MAX_PARTS = 64, 16, 16
@@ -762,7 +763,7 @@ class SiteFacts:
             return False
         self.users = users
         for i, loop in enumerate(chain):
-            if _is_one(loop.extent):
+            if runs_once(loop):
                 continue
             self.ran.add(i)
             if i < len(self.kinds):
@@ -783,7 +784,7 @@ class SiteFacts:
         t = self.point
         units = []
         for i, src in enumerate(t.sources):
-            unit = decisions[src[1]][src[2]] == 1 if src[0] == "tile" else _is_one(t.consumer_loops[i].extent)
+            unit = decisions[src[1]][src[2]] == 1 if src[0] == "tile" else runs_once(t.consumer_loops[i])
             if not unit and i not in self.ran:
                 return None
             units.append(unit)
@@ -815,13 +816,6 @@ class SiteFacts:
 
 class _Unknown(Exception):
     pass
-
-
-def _is_one(extent) -> bool:
-    try:
-        return int(extent) == 1
-    except (TypeError, ValueError):
-        return False
 
 
 def coarse_key(space: Space, sketch: int, decisions) -> tuple:

@@ -242,17 +242,18 @@ def factorizations(extent: int, n: int, max_innermost: int = 0) -> tuple[tuple[i
 
 @dataclass(frozen=True)
 class SiteRule:
-    """What a compute-at decision's sites were decided by (Space.location_rule): whether the block can be
-    inlined and, per loop of its first consumer down to the consumers' lowest common ancestor, the
-    loop's iteration type (TVM's GetLoopIterType), whether it runs once, and whether compute_at there
-    is legal (None: not asked)."""
+    """What a compute-at decision's sites were decided by (Space.location_rule), besides which loops run
+    once: whether the block can be inlined and, per loop of its first consumer down to the consumers'
+    lowest common ancestor, the loop's iteration type (TVM's GetLoopIterType) and whether compute_at
+    there is legal (None: not asked)."""
     inline: bool
     kinds: tuple
-    units: tuple
     legal: tuple
 
-    def domain(self) -> tuple[int, ...]:
-        return candidate_sites(self.inline, self.kinds, self.units, self.legal.__getitem__)
+
+def runs_once(loop) -> bool:
+    """A loop of extent 1 (TVM skips it as a compute-at site)."""
+    return _int(loop.extent) == 1
 
 
 def candidate_sites(inline: bool, kinds, units, legal: Callable[[int], bool]) -> tuple[int, ...]:
@@ -505,8 +506,7 @@ class Space:
         inline = not reduces and legal(lambda t: t.compute_inline(block))
         consumers = fast.get_consumers(block)
         if not consumers:
-            rule = SiteRule(inline, (), (), ())
-            return rule, rule.domain()
+            return SiteRule(inline, (), ()), candidate_sites(inline, (), (), bool)
         loop_rvs = fast.get_loops(consumers[0])
         loops = [fast.get(rv) for rv in loop_rvs]
         if len(consumers) > 1:
@@ -522,7 +522,7 @@ class Space:
             parent = fast.get_sref(consumers[0]).parent
             n_candidates = len(loops) if loops and parent is not None and parent.stmt.same_as(loops[-1]) else 0
         kinds = tuple(_loop_iter_type(loop) for loop in loops[:n_candidates])
-        units = tuple(_int(loop.extent) == 1 for loop in loops[:n_candidates])
+        units = tuple(runs_once(loop) for loop in loops[:n_candidates])
         asked: list = [None] * n_candidates
 
         def ask(i: int) -> bool:
@@ -534,7 +534,7 @@ class Space:
                 if not units[i]:
                     ask(i)
         domain = candidate_sites(inline, kinds, units, ask)
-        return SiteRule(inline, kinds, units, tuple(asked)), domain
+        return SiteRule(inline, kinds, tuple(asked)), domain
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, seed: int = 0, max_rejections: int = 1000) -> tuple[list[Point], int]:
