@@ -528,8 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--model-samples", type=int, default=8, metavar="K",
                     help="the model's distinct candidates per task: greedy, then seeded samples (default 8)")
     co.add_argument("--skip-heldout", action="store_true", help="leave the held-out tasks out altogether")
-    co.add_argument("--order", choices=["files", "fewest-records"], default="files",
-                    help="fewest-records: the tasks with the fewest records timed on this machine first")
+    co.add_argument("--order", choices=["files", "fewest-records", "interleave"], default="files",
+                    help="fewest-records: the tasks with the fewest records timed on this machine first; interleave: "
+                         "one task of each given path in turn (a budgeted run reaches every model)")
     co.set_defaults(func=lambda a: __import__("tensorlang.data.collect", fromlist=["main_collect"]).main_collect(a))
 
     gb = sub.add_parser("gpu-bundle", help="build GPU candidates here (cubins + launch plans) for gpu_runner.py")

@@ -424,3 +424,38 @@ def test_skip_heldout_leaves_the_heldout_tasks_out_before_any_work(tmp_path):
     _, r, out, held = _collect_rowsum_held_out(tmp_path, "--skip-heldout")
     assert "collect: 0 tasks" in r.stderr and "'written': 0" in r.stdout
     assert not held.exists() and list(dataset.read(out)) == []
+
+
+def test_interleave_takes_one_task_of_each_path_in_turn(tmp_path):
+    """collect --order interleave: the paths' tasks alternate (each path's in its own order), so a budgeted
+    run reaches every model; a path given as a file counts as its own source."""
+    from tensorlang.data.collect import find_tasks, interleaved
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, names in ((a, ("p", "q", "r")), (b, ("x",))):
+        d.mkdir()
+        for n in names:
+            (d / f"{n}.tsched").write_text(ROWSUM.replace("rowsum", n))
+    single = str(ROOT / "examples" / "softmax.tsched")
+    paths = [str(a), str(b), single]
+    tasks = find_tasks(paths)
+    assert [t.op for t in tasks] == ["p", "q", "r", "x", "softmax"]
+    assert [t.op for t in interleaved(tasks, paths)] == ["p", "x", "softmax", "q", "r"]
+
+
+def test_a_space_whose_every_point_is_measured_gets_no_search():
+    """collect --metaschedule skips a task whose space holds no more points than its records on this machine
+    (a reshape's single point): MetaSchedule could only find what is measured. Counted exactly, never
+    from the bound, so a large space is always searched."""
+    from tensorlang import api
+    from tensorlang.data.collect import measured_whole
+    from tensorlang.space.space import Space
+    f = ROOT / "data/workloads-variants/bert-base-seq384/fused_reshape1_add.tsched"
+    doc = api.load(f)
+    (name, op), = doc.model.ops.items()
+    tiny = Space(op, doc.primfunc(name), doc.model.targets["llvm"])
+    assert tiny.count() == (1, True)
+    assert not measured_whole(tiny, 0)
+    assert measured_whole(tiny, 1)
+    doc = api.load(ROOT / "examples" / "matmul.tsched")
+    big = Space(doc.model.ops["matmul"], doc.primfunc("matmul"), doc.model.targets["cpu"])
+    assert not measured_whole(big, 500)

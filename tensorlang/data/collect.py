@@ -237,10 +237,13 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     tasks = find_tasks(paths)
     if skip_heldout:  # by the key find_tasks computed: no space is built for them (171 of 575 tasks)
         tasks = [t for t in tasks if t.key not in heldout]
+    counts = record_counts([out_dir, heldout_dir], machine) if order == "fewest-records" or ms_trials else {}
     if order == "fewest-records":
-        tasks = fewest_records_first(tasks, record_counts([out_dir, heldout_dir], machine))
+        tasks = fewest_records_first(tasks, counts)
+    elif order == "interleave":
+        tasks = interleaved(tasks, paths)
     elif order != "files":
-        raise ValueError(f"unknown task order {order!r}: files or fewest-records")
+        raise ValueError(f"unknown task order {order!r}: files, fewest-records or interleave")
     ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
     written = skipped = 0
     log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
@@ -275,6 +278,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 except Exception as e:  # one task the model cannot decode must not stop the collection
                     log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
             ms_key = f"{tkey}|{target}|{machine}"
+            if ms_done is not None and ms_key not in ms_done.keys and measured_whole(space, counts.get(tkey, 0)):
+                log(f"  [{n + 1}/{len(tasks)}] {task.label}: every point of the space is measured; no MetaSchedule")
+                ms_done.add(ms_key)
             if ms_done is not None and ms_key not in ms_done.keys:
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
                 try:
@@ -347,6 +353,33 @@ def record_counts(dirs: list[str | Path], machine: str) -> dict[str, int]:
 def fewest_records_first(tasks: list[Task], counts: dict[str, int]) -> list[Task]:
     """The tasks with the fewest records first; among equals, the given order (a stable sort)."""
     return sorted(tasks, key=lambda task: counts.get(task.key, 0))
+
+
+def interleaved(tasks: list[Task], paths: list[str]) -> list[Task]:
+    """One task of each given path in turn (each path's tasks in their order): a budgeted run reaches every
+    model (directory) instead of the first ones' every task."""
+    def source(task: Task) -> int:
+        f = Path(task.file).resolve()
+        return next((i for i, p in enumerate(paths) if f == Path(p).resolve() or Path(p).resolve() in f.parents),
+                    len(paths))
+    rank: dict[int, int] = {}
+    keyed = []
+    for pos, task in enumerate(tasks):
+        i = source(task)
+        keyed.append((rank.get(i, 0), i, pos, task))
+        rank[i] = rank.get(i, 0) + 1
+    return [task for *_, task in sorted(keyed, key=lambda x: x[:3])]
+
+
+def measured_whole(space, records: int) -> bool:
+    """Whether `records` (the task's records on this machine) can cover every point of the space: then a
+    search can find nothing new (a reshape's space holds a handful of points, all measured by the random
+    samples; MetaSchedule spent 20 s on each such task to find only them). Counted exactly, so only small
+    spaces are ever skipped."""
+    if records <= 0:
+        return False
+    size, exact = space.count(limit=max(records, 1))
+    return exact and size <= records
 
 
 def best_latencies(dirs: list[str | Path], machine: str) -> dict[str, float]:
