@@ -1,0 +1,97 @@
+"""Checkpoints side by side: each model's one-pass (greedy, constrained) schedule of every task of a set, and
+roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
+
+    .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist] [--repeat 5]
+                                                 [--json benchmarks/results/compare_models.json]
+
+The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
+one interleaved run under the measurement lock), so a ratio between two checkpoints compares figures of one
+run on one host. Schedules are generated afresh (a temporary cache): a checkpoint directory can be rewritten
+between runs. Prints each task's latencies and, per checkpoint, the geomean throughput over roller and over
+every other checkpoint; writes the rows and summary as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import tlm as bench  # noqa: E402  (benchmarks/tlm.py: tasks, phase 1, phase 2, summary)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("models", nargs="+", help="checkpoint directories")
+    ap.add_argument("--set", default="heldout", choices=("heldout", "indist"))
+    ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
+    ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
+    args = ap.parse_args(argv)
+    say = lambda m: print(f"compare: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    started = time.time()
+
+    from tensorlang.lm.generate import Generator
+    from tensorlang.machine import describe, host
+
+    gens = {}
+    for d in args.models:
+        g = Generator(d)
+        name = f"{Path(d).name}={g.name}"
+        if name in gens:
+            raise SystemExit(f"compare: {d} is given twice")
+        gens[name] = g
+    policies = list(gens) + ["roller"]
+    tasks = (bench.HELDOUT if args.set == "heldout" else bench.indist_tasks(args.indist))[:args.limit]
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = bench.Cache(Path(tmp) / "schedules.json")
+        say(f"{len(tasks)} {args.set} tasks, {len(gens)} models: phase 1 (greedy schedules)")
+        bench.generate_all(tasks, policies, cache, gens, say)
+        rows, results = bench.measure_set(tasks, policies, cache, args.repeat, say)
+    from tensorlang.bench.command import conditions
+    summary = bench.summarize(rows, policies)
+    report = {"command": shlex.join([".venv/bin/python", "benchmarks/compare_models.py"]
+                                    + (argv if argv is not None else sys.argv[1:])),
+              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": describe(host().cores), "set": args.set, "tasks": len(tasks), "policies": policies,
+              "models": {n: str(d) for n, d in zip(gens, args.models)}, "rows": rows, "summary": summary,
+              "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}
+    Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    print(format_report(report))
+    return 0
+
+
+def format_report(report: dict) -> str:
+    pols = report["policies"]
+    short = {p: (p.split("=")[0] if "=" in p else p)[:14] for p in pols}
+    lines = [f"compare_models on {report['machine'].get('llvm_mcpu')} ({report['machine'].get('cpu')}): "
+             f"{report['set']}, {report['tasks']} tasks; {report['command']}",
+             "models: " + ", ".join(f"{short[p]} = {p.split('=', 1)[1]}" for p in pols if "=" in p),
+             f"{'task (median ms; x = not correct)':46s} " + " ".join(f"{short[p]:>14s}" for p in pols)]
+    by: dict = {}
+    for r in report["rows"]:
+        by.setdefault(r["task"], {})[r["policy"]] = r
+    for t, ps in by.items():
+        cells = [f"{ps[p]['median_s'] * 1e3:14.4f}" if p in ps and ps[p].get("status") == "ok" and ps[p].get("median_s")
+                 else f"{'x ' + str(ps.get(p, {}).get('status'))[:12]:>14s}" for p in pols]
+        lines.append(f"{Path(t.split(':')[0]).stem[:46]:46s} " + " ".join(cells))
+    ratios = report["summary"]["throughput_ratio"]
+    for p in pols:
+        if p == "roller":
+            continue
+        lines.append(f"{short[p]}: geomean throughput over " + ", ".join(
+            f"{short[q]} {x['geomean']:.3f}x ({x['wins']}/{x['tasks']} wins)" for q, x in ratios.get(p, {}).items()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
