@@ -110,6 +110,9 @@ def test_best_records_alone_or_within_a_factor_of_the_best(corpus):
     assert len(best) == 2 and {r["ratio"] for r in best} == {1.0}
     near = D.best_records(recs, within=1.15)  # the fixture's ladder: 1.0, 1.1, 1.2, ... x the best
     assert len(near) == 4 and sorted(round(r["ratio"], 2) for r in near) == [1.0, 1.0, 1.1, 1.1]
+    top = D.best_records(recs, top=3)  # the 3 fastest of each task, however far the third is
+    assert len(top) == 6 and sorted(round(r["ratio"], 2) for r in top) == [1.0, 1.0, 1.1, 1.1, 1.2, 1.2]
+    assert len({(r["task"]["hash"], r["sentence"]) for r in top}) == 6
 
 
 def test_loss_mask_covers_exactly_the_choices():

@@ -98,11 +98,20 @@ def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
     return out
 
 
-def best_records(records: list[dict], within: float = 1.0) -> list[dict]:
+def best_records(records: list[dict], within: float = 1.0, top: int = 1) -> list[dict]:
     """The best record of each task on each machine (ratio 1; the first of ties) -- or, with `within` > 1,
     every distinct schedule within that factor of it (e.g. 1.05: the ones the timing noise cannot tell
-    from the best)."""
+    from the best) -- or, with `top` > 1, the `top` fastest distinct schedules of each (as many good
+    schedules for every task, however far from the best the k-th is)."""
     seen, out = set(), []
+    if top > 1:
+        by_task: dict = {}
+        for r in sorted(records, key=lambda r: r["ratio"]):  # stable: the first of ties stays first
+            k = (r["task"]["hash"], r.get("machine"))
+            if (k, r["sentence"]) not in seen and len(by_task.setdefault(k, [])) < top:
+                seen.add((k, r["sentence"]))
+                by_task[k].append(r)
+        return [r for rs in by_task.values() for r in rs]
     for r in records:
         k = (r["task"]["hash"], r.get("machine"))
         if within <= 1.0:

@@ -72,7 +72,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
           logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
-          best_within: float = 1.0, host_cpus=None, log=print) -> dict:
+          best_within: float = 1.0, best_top: int = 1, host_cpus=None, log=print) -> dict:
     """Run one stage; returns its entry of the model card (also written to OUT).
     `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
     OSDI'24 recipe, for the ablation against quality conditioning. `host_cpus` (finetune): only the records
@@ -99,7 +99,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
             cpus = set(host_cpus)
             records = [r for r in records if (r.get("host") or {}).get("cpu") in cpus]
         if best_only:
-            records = D.best_records(records, best_within)
+            records = D.best_records(records, best_within, best_top)
         corpus = D.build(records, not best_only, heldout, max_tokens=max_tokens, seed=seed,
                          validation_cap=validation_cap)
         sources = list(map(str, measured_dirs))
@@ -172,6 +172,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
              "resumed_from": str(last) if last else None, "stopped_by_time": state.global_step < steps,
              **({"best_only": True} if best_only else {}),
              **({"best_within": best_within} if best_only and best_within > 1.0 else {}),
+             **({"best_top": best_top} if best_only and best_top > 1 else {}),
              **({"host_cpus_only": sorted(host_cpus)} if host_cpus and stage == "finetune" else {}),
              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
     if stage == "pretrain":
@@ -222,7 +223,7 @@ def main_train(args) -> int:
               epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
               measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
               exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype, best_only=args.best_only,
-              best_within=args.best_within, host_cpus=args.host_cpu,
+              best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu,
               log=lambda *a, **k: print(*a, **k))
     except HeldOutRefused as e:
         print(f"tensorlang train: error: {e}", file=sys.stderr)
@@ -259,6 +260,8 @@ def add_arguments(p) -> None:
                    help="finetune on the best record per task alone, no quality tokens (the OSDI'24 recipe)")
     p.add_argument("--best-within", type=float, default=1.0, metavar="R",
                    help="--best-only: every schedule within R x the task's best (e.g. 1.05), not the best alone")
+    p.add_argument("--best-top", type=int, default=1, metavar="K",
+                   help="--best-only: the K fastest distinct schedules of each task and machine, not the best alone")
     p.add_argument("--tasks", action="append", help="--iterate: the tasks' .tsched files or dirs "
                    "(default data/workloads, data/workloads-variants, examples)")
     p.add_argument("--target", default="llvm", help="--iterate: the target measured (default llvm)")
