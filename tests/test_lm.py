@@ -604,3 +604,23 @@ def test_untuned_cpu_is_said_once(tiny, monkeypatch):
         assert [n.code for n in notes] == ["TS410"] and "none from" in notes[0].message
         assert B.untuned_cpu_note(card, target, op) == []  # once
     assert B.untuned_cpu_note(card, doc.model.targets["gpu"], op) == []
+
+
+def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, monkeypatch):
+    """--best-top 3 --eval-steps 2: the 3 fastest schedules of each task; the validation loss every 2 steps
+    lands in the card (validation_curve), the last point being the final validation loss's step."""
+    from tensorlang.data.collect import op_hash
+    from tensorlang.lm import data as D
+    from tensorlang.lm import model as M
+    from tensorlang.lm import train as T
+    _, spaces = _spaces()
+    held = op_hash(spaces["rowmax"].op)  # the rowmax task as the validation task
+    monkeypatch.setattr(D, "is_validation", lambda key, fraction=0: key == held)
+    entry = T.train("finetune", tmp_path / "ft", init=tiny[0] / "pre", epochs=4, batch_size=1, save_steps=1000,
+                    best_only=True, best_top=3, eval_steps=2, measured_dirs=[corpus / "measured"],
+                    pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", log=lambda *a, **k: None)
+    assert entry["records"] == 6 and entry["train_examples"] == 3 and entry["validation_examples"] == 3
+    assert entry["best_top"] == 3 and entry["steps"] == 12
+    curve = entry["validation_curve"]
+    assert [s for s, _ in curve] == [2, 4, 6, 8, 10, 12] and all(x > 0 for _, x in curve)
+    assert M.read_card(tmp_path / "ft")["stages"][-1]["validation_curve"] == curve

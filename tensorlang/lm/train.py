@@ -72,12 +72,13 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
           logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
-          best_within: float = 1.0, best_top: int = 1, host_cpus=None, log=print) -> dict:
+          best_within: float = 1.0, best_top: int = 1, host_cpus=None, eval_steps: int = 0, log=print) -> dict:
     """Run one stage; returns its entry of the model card (also written to OUT).
     `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
     OSDI'24 recipe, for the ablation against quality conditioning. `host_cpus` (finetune): only the records
     timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement of this machine's CPU, to show
-    what adapting it to a new CPU gains."""
+    what adapting it to a new CPU gains. `eval_steps`: the validation loss every that many steps too (the card's
+    `validation_curve`), not only at the end -- how many epochs a recipe wants."""
     if stage not in ("pretrain", "finetune"):
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
     import torch
@@ -129,9 +130,11 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         lr_scheduler_type="cosine", logging_steps=logging_steps, save_strategy="steps", save_steps=save_steps,
         save_total_limit=2, seed=seed, data_seed=seed, report_to=[], dataloader_num_workers=0,
         remove_unused_columns=False, use_cpu=not cuda, include_num_input_tokens_seen="non_padding", train_sampling_strategy="group_by_length", disable_tqdm=False,
-        eval_strategy="no", max_grad_norm=1.0)
+        eval_strategy="steps" if eval_steps and corpus.validation else "no", eval_steps=eval_steps or None,
+        max_grad_norm=1.0)
     ref: list = []
     trainer = _trainer_class()(model=model, args=args, data_collator=D.collate, train_dataset=D.Examples(corpus.train),
+                               eval_dataset=D.Examples(corpus.validation) if eval_steps and corpus.validation else None,
                                callbacks=[_callbacks(time.time() + minutes * 60 if minutes else None)(ref)])
     trainer._tlm_t0, trainer._tlm_seen0 = None, 0
     ref.append(trainer)
@@ -147,6 +150,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         t0 = time.time()
         result = trainer.train(resume_from_checkpoint=last)
         train_s = time.time() - t0
+        curve = [[h["step"], round(h["eval_loss"], 4)] for h in trainer.state.log_history if "eval_loss" in h]
         val_loss = None
         if corpus.validation:
             val_loss = trainer.evaluate(eval_dataset=D.Examples(corpus.validation))["eval_loss"]
@@ -174,6 +178,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
              **({"best_within": best_within} if best_only and best_within > 1.0 else {}),
              **({"best_top": best_top} if best_only and best_top > 1 else {}),
              **({"host_cpus_only": sorted(host_cpus)} if host_cpus and stage == "finetune" else {}),
+             **({"validation_curve": curve} if eval_steps else {}),
              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
     if stage == "pretrain":
         entry["heldout_tasks_unmeasured_samples"] = ("excluded" if exclude_heldout_pretrain else
@@ -223,7 +228,7 @@ def main_train(args) -> int:
               epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
               measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
               exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype, best_only=args.best_only,
-              best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu,
+              best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu, eval_steps=args.eval_steps,
               log=lambda *a, **k: print(*a, **k))
     except HeldOutRefused as e:
         print(f"tensorlang train: error: {e}", file=sys.stderr)
@@ -260,6 +265,8 @@ def add_arguments(p) -> None:
                    help="finetune on the best record per task alone, no quality tokens (the OSDI'24 recipe)")
     p.add_argument("--best-within", type=float, default=1.0, metavar="R",
                    help="--best-only: every schedule within R x the task's best (e.g. 1.05), not the best alone")
+    p.add_argument("--eval-steps", type=int, default=0, metavar="N",
+                   help="the validation loss every N steps too (the card's validation_curve), not only at the end")
     p.add_argument("--best-top", type=int, default=1, metavar="K",
                    help="--best-only: the K fastest distinct schedules of each task and machine, not the best alone")
     p.add_argument("--tasks", action="append", help="--iterate: the tasks' .tsched files or dirs "
