@@ -8,8 +8,8 @@ Tasks (all on this CPU, target llvm = the host):
   conv2d with batch-norm epilogues, depthwise conv2d, the SE block's convs, global mean, dense matmul,
   softmax, RMS norm, SiLU gating, the rotary embedding, a residual add. No measured record of any of them
   reached fine-tuning (`train` refuses them).
-- indist: up to 12 validation tasks of the training models (lm/data.is_validation: kept out of both
-  training stages, but from the training distribution).
+- indist: validation tasks of the training models and their shape variants (lm/data.is_validation: kept out
+  of both training stages, but from the training distribution), one of each kind first (`--indist N` of them).
 
 Policies per task:
 - `tlm`: the model's greedy, constrained schedule (one pass); `tlm:8`: its 8 distinct candidates (greedy
@@ -79,7 +79,7 @@ HELDOUT = [  # (file, kind)
      f"multiply4_add2_broadcast_to2_reshape4.tsched", "elementwise"),
     (f"{L}/fused_reshape1_add4.tsched", "elementwise"),
 ]
-TRAINING_MODELS = ("resnet50", "mobilenetv2", "bert-base", "gpt2")
+TRAINING_MODELS = ("resnet50", "mobilenetv2", "bert-base", "gpt2", "tinyllama-layer", "qwen2-0.5b-layer")
 
 
 # ------------------------------------------------------------------ PyTorch (run in the runner)
@@ -114,16 +114,24 @@ def torch_kind(op) -> str | None:
 
 # ------------------------------------------------------------------ tasks
 def indist_tasks(limit: int) -> list[tuple[str, str]]:
-    """Validation tasks of the training models, one per kind of operator name first, up to `limit`."""
+    """Validation tasks of the training models (their shape variants after them), one per kind of operator name
+    first, up to `limit`; a key met again in another file is one task."""
     from tensorlang import api
+    from tensorlang.data import split
     from tensorlang.data.collect import op_hash
     from tensorlang.lm.data import is_validation
-    found = []
-    for m in TRAINING_MODELS:
-        for f in sorted((ROOT / "data" / "workloads" / m).glob("*.tsched")):
+    heldout = split.heldout_keys(split.DEFAULT_PATH)
+    dirs = [ROOT / "data" / "workloads" / m for m in TRAINING_MODELS]
+    dirs += sorted(d for root in split.WORKLOAD_ROOTS for d in (ROOT / root).iterdir()
+                   if d.is_dir() and d not in dirs and not d.name.startswith(split.HELDOUT_MODELS))
+    found, seen = [], set()
+    for d in dirs:
+        for f in sorted(d.glob("*.tsched")):
             doc = api.load(f)
             for op in doc.model.ops.values():
-                if is_validation(op_hash(op)) and op.flops and op.flops > 1e6:
+                key = op_hash(op)
+                if key not in seen and key not in heldout and is_validation(key) and op.flops and op.flops > 1e6:
+                    seen.add(key)
                     found.append((str(f.relative_to(ROOT)), _kind(op.name)))
     out, kinds = [], set()
     for f, k in found:  # one of each kind first, then the rest
