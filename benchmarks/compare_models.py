@@ -8,13 +8,18 @@ The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then 
 one interleaved run under the measurement lock), so a ratio between two checkpoints compares figures of one
 run on one host. Schedules are generated afresh (a temporary cache): a checkpoint directory can be rewritten
 between runs. Prints each task's latencies and, per checkpoint, the geomean throughput over roller and over
-every other checkpoint; writes the rows and summary as JSON.
+every other checkpoint, and its loss on the validation tasks' best records (the decision tokens of the
+fastest measured schedule of every task kept out of training -- the same examples for every model; a
+quality-conditioned one gets its generation token in front): a cheap figure beside the measured one.
+Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
+Writes the rows and summary as JSON.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -28,6 +33,25 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import tlm as bench  # noqa: E402  (benchmarks/tlm.py: tasks, phase 1, phase 2, summary)
 
 
+def validation_loss(model_dir) -> dict:
+    """Mean loss over the decision tokens of the validation tasks' best records (lm.data.is_validation)."""
+    import torch
+
+    from tensorlang.lm import data as D
+    from tensorlang.lm import model as M
+    model, card = M.load(model_dir)
+    records = [dict(r, quality="Q0") for r in D.best_records(D.measured_records())]
+    val = D.build(records, bool(card.get("generation_quality_token")), D.HeldOut.load(), validation_cap=None).validation
+    total = tokens = 0
+    with torch.inference_mode():
+        for i in range(0, len(val), 16):
+            b = D.collate(val[i:i + 16])
+            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"])
+            n = int((b["labels"][:, 1:] != -100).sum())
+            total, tokens = total + float(out.loss) * n, tokens + n
+    return {"loss": round(total / tokens, 4), "records": len(val), "decision_tokens": tokens}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="checkpoint directories")
@@ -37,6 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
+    os.chdir(ROOT)  # the datasets' and the split's default paths are the repository's
     say = lambda m: print(f"compare: {m}", file=sys.stderr, flush=True)  # noqa: E731
     started = time.time()
 
@@ -51,6 +76,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"compare: {d} is given twice")
         gens[name] = g
     policies = list(gens) + ["roller"]
+    val = {n: validation_loss(d) for n, d in zip(gens, args.models)}
     tasks = (bench.HELDOUT if args.set == "heldout" else bench.indist_tasks(args.indist))[:args.limit]
     with tempfile.TemporaryDirectory() as tmp:
         cache = bench.Cache(Path(tmp) / "schedules.json")
@@ -63,7 +89,8 @@ def main(argv=None) -> int:
                                     + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "set": args.set, "tasks": len(tasks), "policies": policies,
-              "models": {n: str(d) for n, d in zip(gens, args.models)}, "rows": rows, "summary": summary,
+              "models": {n: str(d) for n, d in zip(gens, args.models)}, "validation_loss": val,
+              "rows": rows, "summary": summary,
               "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     print(format_report(report))
@@ -88,7 +115,8 @@ def format_report(report: dict) -> str:
     for p in pols:
         if p == "roller":
             continue
-        lines.append(f"{short[p]}: geomean throughput over " + ", ".join(
+        v = report["validation_loss"][p]
+        lines.append(f"{short[p]}: validation loss {v['loss']:.4f} ({v['records']} best records); geomean throughput over " + ", ".join(
             f"{short[q]} {x['geomean']:.3f}x ({x['wins']}/{x['tasks']} wins)" for q, x in ratios.get(p, {}).items()))
     return "\n".join(lines)
 
