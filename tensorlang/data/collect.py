@@ -358,16 +358,18 @@ def fewest_records_first(tasks: list[Task], counts: dict[str, int]) -> list[Task
 def interleaved(tasks: list[Task], paths: list[str]) -> list[Task]:
     """One task of each given path in turn (each path's tasks in their order): a budgeted run reaches every
     model (directory) instead of the first ones' every task."""
+    from collections import Counter
+    roots = [Path(p).resolve() for p in paths]
+
     def source(task: Task) -> int:
         f = Path(task.file).resolve()
-        return next((i for i, p in enumerate(paths) if f == Path(p).resolve() or Path(p).resolve() in f.parents),
-                    len(paths))
-    rank: dict[int, int] = {}
+        return next((i for i, r in enumerate(roots) if f == r or r in f.parents), len(roots))
+    rank: Counter = Counter()
     keyed = []
     for pos, task in enumerate(tasks):
         i = source(task)
-        keyed.append((rank.get(i, 0), i, pos, task))
-        rank[i] = rank.get(i, 0) + 1
+        keyed.append((rank[i], i, pos, task))
+        rank[i] += 1
     return [task for *_, task in sorted(keyed, key=lambda x: x[:3])]
 
 
@@ -378,7 +380,7 @@ def measured_whole(space, records: int) -> bool:
     spaces are ever skipped."""
     if records <= 0:
         return False
-    size, exact = space.count(limit=max(records, 1))
+    size, exact = space.count(limit=records)
     return exact and size <= records
 
 
