@@ -459,3 +459,29 @@ def test_a_space_whose_every_point_is_measured_gets_no_search():
     doc = api.load(ROOT / "examples" / "matmul.tsched")
     big = Space(doc.model.ops["matmul"], doc.primfunc("matmul"), doc.model.targets["cpu"])
     assert not measured_whole(big, 500)
+
+
+def test_a_second_writer_of_a_dataset_is_refused_until_the_first_closes(tmp_path):
+    """One writer at a time: a second Writer -- here another process, as a `collect` beside a running one --
+    is refused while the first is open (it would compress the shard the first appends to: those records
+    went to an unlinked file), and allowed once the first is closed or its process is gone."""
+    import pytest
+    w = dataset.Writer(tmp_path)
+    w.append({"key": "a"})
+    probe = [sys.executable, "-c", "import sys\nfrom tensorlang.data.dataset import Writer, DatasetBusy\n"
+             "try:\n    Writer(sys.argv[1]).close()\nexcept DatasetBusy:\n    sys.exit(3)\n", str(tmp_path)]
+    assert subprocess.run(probe, cwd=ROOT).returncode == 3
+    with pytest.raises(dataset.DatasetBusy):
+        dataset.Writer(tmp_path)  # another Writer in this process too
+    w.close(compress_open=True)
+    assert subprocess.run(probe, cwd=ROOT).returncode == 0
+    with dataset.Writer(tmp_path) as again:
+        assert again.keys == {"a"}
+    killed = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tensorlang.data.dataset import Writer\n"
+                               "w = Writer(sys.argv[1])\nprint('open', flush=True)\ntime.sleep(60)", str(tmp_path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert killed.stdout.readline().strip() == "open"
+    assert subprocess.run(probe, cwd=ROOT).returncode == 3
+    killed.kill()
+    killed.wait()
+    assert subprocess.run(probe, cwd=ROOT).returncode == 0  # a dead writer's lock is gone with it

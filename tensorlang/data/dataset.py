@@ -10,9 +10,15 @@ a record torn by a kill -- a partial last line -- is detected and dropped, never
 record is never written twice: the writer loads the keys of everything on disk first. Closing a
 shard compresses it to a temporary file and renames it into place (atomic), then removes the
 plain file; a kill between the two leaves both, and the reader prefers the compressed one.
+
+One writer at a time: a Writer holds an exclusive `flock` on the directory itself until it is closed (the kernel drops it when the process dies, however it dies). A second Writer of the same directory
+-- another process, or another Writer in this one -- is refused (DatasetBusy): two writers would each
+compress or rotate the shard the other appends to, and the records appended to a shard compressed under
+a writer go to an unlinked file, lost.
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -67,12 +73,31 @@ def read(root: str | Path) -> Iterator[dict]:
             continue
 
 
+class DatasetBusy(RuntimeError):
+    """Another Writer holds the dataset directory."""
+
+
+def _lock_dir(root: Path) -> int:
+    """An exclusive, non-blocking flock on the directory (no lock file among the shards) -> its fd
+    (DatasetBusy if another writer holds it)."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DatasetBusy(f"{root} is being written by another writer (a running collect?): one writer at a "
+                          "time") from None
+    return fd
+
+
 class Writer:
-    """Appends records; skips keys already present; rotates and compresses full shards."""
+    """Appends records; skips keys already present; rotates and compresses full shards. Holds the
+    directory's writer lock until closed."""
 
     def __init__(self, root: str | Path, shard_records: int = SHARD_RECORDS):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = _lock_dir(self.root)
         self.shard_records = shard_records
         self.keys: set[str] = set()
         self._open_path: Path | None = None
@@ -147,6 +172,9 @@ class Writer:
         if compress_open and self._open_path is not None and self._open_path.exists():
             compress(self._open_path)
             self._open_path, self._open_count = None, 0
+        if self._lock_fd is not None:  # closing the fd drops the flock
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self):
         return self
