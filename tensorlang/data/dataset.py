@@ -11,8 +11,9 @@ record is never written twice: the writer loads the keys of everything on disk f
 shard compresses it to a temporary file and renames it into place (atomic), then removes the
 plain file; a kill between the two leaves both, and the reader prefers the compressed one.
 
-One writer at a time: a Writer holds an exclusive `flock` on the directory itself until it is closed (the kernel drops it when the process dies, however it dies). A second Writer of the same directory
--- another process, or another Writer in this one -- is refused (DatasetBusy): two writers would each
+One writer at a time: a Writer holds an exclusive `flock` on the directory itself until it is closed
+(the kernel drops it when the process dies, however it dies). A second Writer of the same directory --
+another process, or another Writer in this one -- is refused (DatasetBusy): two writers would each
 compress or rotate the shard the other appends to, and the records appended to a shard compressed under
 a writer go to an unlinked file, lost.
 """
