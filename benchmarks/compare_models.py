@@ -2,7 +2,7 @@
 roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist] [--repeat 5]
-                                                 [--json benchmarks/results/compare_models.json]
+                                                 [--beams 1,4] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
 one interleaved run under the measurement lock), so a ratio between two checkpoints compares figures of one
@@ -12,6 +12,7 @@ every other checkpoint, and its loss on the validation tasks' best records (the 
 fastest measured schedule of every task kept out of training -- the same examples for every model; a
 quality-conditioned one gets its generation token in front): a cheap figure beside the measured one.
 Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
+`--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams: `NAME@beams4`).
 Writes the rows and summary as JSON.
 """
 from __future__ import annotations
@@ -52,12 +53,24 @@ def validation_loss(model_dir) -> dict:
     return {"loss": round(total / tokens, 4), "records": len(val), "decision_tokens": tokens}
 
 
+class Beams:
+    """A Generator decoding by beam search (phase 1 calls `.generate(space)`)."""
+
+    def __init__(self, gen, num_beams: int):
+        self.gen, self.num_beams = gen, num_beams
+        self.name = f"{gen.name} beams={num_beams}"
+
+    def generate(self, space):
+        return self.gen.generate(space, num_beams=self.num_beams)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="checkpoint directories")
     ap.add_argument("--set", default="heldout", choices=("heldout", "indist"))
     ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--beams", default="1", help="comma-separated beam counts to decode with (1: greedy)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -68,15 +81,18 @@ def main(argv=None) -> int:
     from tensorlang.lm.generate import Generator
     from tensorlang.machine import describe, host
 
-    gens = {}
+    gens, dirs = {}, {}
+    beams = [int(b) for b in args.beams.split(",")]
     for d in args.models:
         g = Generator(d)
-        name = f"{Path(d).name}={g.name}"
-        if name in gens:
-            raise SystemExit(f"compare: {d} is given twice")
-        gens[name] = g
+        for nb in beams:
+            name = f"{Path(d).name}{'' if nb == 1 else f'@beams{nb}'}={g.name}"
+            if name in gens:
+                raise SystemExit(f"compare: {d} is given twice")
+            gens[name], dirs[name] = (g if nb == 1 else Beams(g, nb)), d
     policies = list(gens) + ["roller"]
-    val = {n: validation_loss(d) for n, d in zip(gens, args.models)}
+    losses = {d: validation_loss(d) for d in args.models}
+    val = {n: losses[d] for n, d in dirs.items()}
     tasks = (bench.HELDOUT if args.set == "heldout" else bench.indist_tasks(args.indist))[:args.limit]
     with tempfile.TemporaryDirectory() as tmp:
         cache = bench.Cache(Path(tmp) / "schedules.json")
@@ -89,7 +105,7 @@ def main(argv=None) -> int:
                                     + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "set": args.set, "tasks": len(tasks), "policies": policies,
-              "models": {n: str(d) for n, d in zip(gens, args.models)}, "validation_loss": val,
+              "models": {n: str(d) for n, d in dirs.items()}, "validation_loss": val,
               "rows": rows, "summary": summary,
               "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

@@ -1,10 +1,12 @@
 """Latency of the tensor language model's Generator on this CPU: imports apart, model load, and one schedule
 per operator of examples/*.tsched on llvm (this host) and cuda (sm_90), with the forced-token share.
 
-    .venv/bin/python benchmarks/tlm_latency.py [--model DIR] [--repeat 10] [--json benchmarks/results/tlm_latency.json]
+    .venv/bin/python benchmarks/tlm_latency.py [--model DIR] [--beams N] [--repeat 10]
+                                               [--json benchmarks/results/tlm_latency.json]
 
-Per operator: the Space Builder's space is built once (`space_s`, not the model's); then `repeat` greedy
-generations, each timed as `decode` (the prompt's prefill + the decoding loop, with NextTokens' masks) and
+Per operator: the Space Builder's space is built once (`space_s`, not the model's); then `repeat` one-pass
+generations (decoded as the checkpoint's generation_config.json says -- greedy or beam search -- or with
+`--beams N`), each timed as `decode` (the prompt's prefill + the decoding loop, with NextTokens' masks) and
 `finish` (the full replay of the point and its conversion to .tsched statements); `total` = both. The first
 generation of an operator is reported apart (`first_total_ms`: compute-at sites met for the first time need
 a replay; later ones are answered from the space's memo). p50 / p95 over the repeats. The Generator's
@@ -51,6 +53,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--beams", type=int, default=None, help="beam search with N beams (1: greedy; default: the checkpoint's)")
     ap.add_argument("--loads", type=int, default=5)
     ap.add_argument("--targets", default="llvm,cuda")
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/tlm_latency.json"))
@@ -69,6 +72,8 @@ def main(argv=None) -> int:
             Generator(args.model, engine=engine)
             loads[engine].append(time.perf_counter() - t)
     gen, hf = Generator(args.model), Generator(args.model, engine="transformers")
+    if args.beams is not None:
+        gen.num_beams = hf.num_beams = args.beams
     rows = []
     for path in sorted((ROOT / "examples").glob("*.tsched")):
         doc = api.load(path)
@@ -112,7 +117,7 @@ def main(argv=None) -> int:
                     "forced_share": round(out.forced / max(1, out.free + out.forced), 3)})
     result = {"host": host_line(), "torch_threads": torch.get_num_threads(), "model": gen.name,
               "model_dir": str(gen.path), "parameters": M.parameters(hf.model),
-              "engine": gen.engine,
+              "engine": gen.engine, "num_beams": gen.num_beams,
               "imports_s": {"torch": round(_T_TORCH, 2), "transformers": round(_T_TRANSFORMERS, 2),
                             "tvm": round(_T_TVM, 2)},
               "load_s": {e: {"p50": round(statistics.median(v), 3), "max": round(max(v), 3), "n": len(v)}
@@ -120,7 +125,9 @@ def main(argv=None) -> int:
               "repeat": args.repeat, "rows": rows}
     head = (f"{'file:op':<34} {'target':<6} {'space s':>7} {'first ms':>8} {'decode p50/p95':>15} "
             f"{'finish p50/p95':>15} {'total p50/p95':>15} {'hf p50/p95':>15} {'free':>5} {'forced':>6} {'passes':>6} {'forced%':>7}")
-    print(f"model {result['model']} ({result['parameters']:,} parameters), torch threads {result['torch_threads']}")
+    print(f"model {result['model']} ({result['parameters']:,} parameters), "
+          f"{'greedy' if gen.num_beams == 1 else f'beam search with {gen.num_beams} beams'}, "
+          f"torch threads {result['torch_threads']}")
     ld = result["load_s"]
     print(f"imports: torch {_T_TORCH:.2f} s, transformers {_T_TRANSFORMERS:.2f} s (not needed by the torch engine), "
           f"tvm {_T_TVM:.2f} s; model load p50 {ld['torch']['p50'] * 1e3:.0f} ms (max {ld['torch']['max'] * 1e3:.0f}"

@@ -402,6 +402,66 @@ def test_output_is_byte_identical_across_processes_and_thread_counts(tiny):
     assert outs[0] == outs[1] and b"[EOS]" in outs[0]
 
 
+def _every_sentence(gen, space) -> dict:
+    """Every legal schedule sentence of a (small) space -> its log-probability under the model, each chosen
+    token scored over the legal ones (forced tokens score 0): a depth-first walk of NextTokens forks."""
+    import torch
+
+    from tensorlang.space.sentence import NextTokens
+    out = {}
+
+    def walk(nt, past, logits, score):
+        if nt.done:
+            out[tuple(nt.tokens)] = score
+            return
+        legal = sorted(nt.allowed_ids())
+        lp = torch.log_softmax(logits[torch.tensor(legal)].float(), -1).tolist()
+        for tok, p in zip(legal, lp):
+            child = nt.fork()
+            child.push(gen.words[tok])
+            step = [tok]
+            if len(legal) == 1:
+                p = 0.0
+            if not child.done:
+                logits_now, cache = gen.forward([step], past)
+                walk(child, cache, logits_now[0, -1], score + p)
+            else:
+                walk(child, past, None, score + p)
+            child.close()
+
+    ids = [gen.ids[t] for t in gen.prompt(space)]
+    logits, past = gen.forward([ids])
+    walk(NextTokens(space), past, logits[0, -1], 0.0)
+    return out
+
+
+def test_beam_search_finds_the_most_likely_schedule(tiny):
+    """Against every sentence of a 52-point space scored one by one: with as many beams as schedules, beam
+    search returns the most likely one, with its log-probability; with 2 beams, a schedule whose reported
+    log-probability is its own, at least greedy's here, the same twice, and one that lowers."""
+    from tensorlang.lm.generate import Generator
+    from tensorlang.space import sentence as S
+    gen = Generator(tiny[0] / "fine")
+    text = "target cpu = llvm()\nop rowmax(X: f32[8, 12]) -> M: f32[8] {\n    M[i] max= X[i, k]\n}\n"
+    space = _spaces(text)[1]["rowmax"]
+    scores = _every_sentence(gen, space)
+    assert len(scores) == space.count()[0] == 52
+    best = max(scores.values())
+    exact = gen.generate(space, num_beams=64)
+    assert exact.logp == pytest.approx(best, abs=1e-4) and scores[tuple(exact.tokens)] == pytest.approx(best, abs=1e-4)
+    greedy = gen.generate(space)
+    two = gen.generate(space, num_beams=2)
+    assert two.logp == pytest.approx(scores[tuple(two.tokens)], abs=1e-4)
+    assert two.logp >= scores[tuple(greedy.tokens)] - 1e-6
+    assert gen.generate(space, num_beams=2).tokens == two.tokens
+    assert S.decode(space, S.prompt_tokens(space) + two.tokens) == (two.point.sketch, tuple(two.point.decisions))
+    _check_lowers(text, "rowmax", "cpu", two.point.stmts)
+    one = "target cpu = llvm()\nop cp(X: f32[4, 8]) -> Y: f32[4, 8] {\n    Y[i, j] = X[i, j]\n}\n"
+    space = _spaces(one)[1]["cp"]  # a one-point space: every token forced, nothing left to search
+    assert space.count()[0] == 1
+    assert gen.generate(space, num_beams=4).tokens == gen.generate(space).tokens
+
+
 def test_tlm_policy_falls_back_to_roller_without_a_checkpoint(tmp_path, monkeypatch):
     from tensorlang import baselines
     from tensorlang.lm import model as M
@@ -436,6 +496,38 @@ def test_tlm_policy_and_generate_command(tiny, tmp_path, monkeypatch, capsys):
     assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--write"]) == 0  # complete already
     assert f.read_text() == before
     G._DEFAULT.clear()
+
+
+def test_the_checkpoints_generation_config_chooses_beam_search(tiny, tmp_path, capsys):
+    """`num_beams` in generation_config.json (transformers' field) is the checkpoint's decoding: the Generator,
+    and so policy tlm and `tensorlang generate`, use it; `--beams 1` asks for greedy again."""
+    import shutil
+
+    from tensorlang import cli
+    from tensorlang.lm import model as M
+    from tensorlang.lm.generate import Generator
+    ckpt = tmp_path / "beams"
+    shutil.copytree(tiny[0] / "fine", ckpt)
+    assert M.generation_beams(ckpt) == 1
+    M.set_generation_beams(ckpt, 3)
+    assert M.generation_beams(ckpt) == 3 and json.loads((ckpt / "generation_config.json").read_text())["num_beams"] == 3
+    space = _spaces()[1]["mm"]
+    gen, plain = Generator(ckpt), Generator(tiny[0] / "fine")
+    out = gen.generate(space)
+    assert out.logp is not None and out.tokens == plain.generate(space, num_beams=3).tokens
+    assert gen.sample(space, 2, seed=0)[0].tokens == out.tokens  # the one-pass schedule comes first
+    assert gen.generate(space, num_beams=1).tokens == plain.generate(space).tokens
+    f = tmp_path / "ops.tsched"
+    f.write_text(SRC)
+    capsys.readouterr()
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--model", str(ckpt)]) == 0
+    assert "for target cpu (" in (beam := capsys.readouterr().out) and ", beam search with 3 beams\n" in beam
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--model", str(ckpt), "--beams", "1"]) == 0
+    assert "beam search" not in capsys.readouterr().out
+    assert cli.main(["generate", str(f), "--target", "cpu", "--op", "mm", "--model", str(ckpt), "--beams", "0"]) == 2
+    assert "--beams is 1 (greedy) or more" in capsys.readouterr().err
+    M.set_generation_beams(ckpt, 1)
+    assert "num_beams" not in json.loads((ckpt / "generation_config.json").read_text())
 
 
 def test_generate_completes_a_partly_written_schedule_keeping_its_lines(tiny, tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
-"""`tensorlang generate FILE --target T [--op OP] [--samples K] [--seed S] [--model DIR] [--write]`
+"""`tensorlang generate FILE --target T [--op OP] [--samples K] [--beams N] [--seed S] [--model DIR] [--write]`
 
 Schedules from the tensor language model for the file's `@auto` operators (or OP), as ordinary, editable
 `schedule` blocks, each after a one-line comment naming the model, its version and the target. `--samples K`:
-up to K distinct legal candidates, measured with the bench harness (CPU targets), the fastest kept.
+up to K distinct legal candidates, measured with the bench harness (CPU targets), the fastest kept. `--beams N`:
+beam search with N beams (1: greedy; default: the checkpoint's generation_config.json).
 `--write` appends the blocks to the file. Where a `schedule` block for T is already partly written, it is
 completed: the model keeps the written decisions (space/constraints.py) and the generated statements after
 them go in before the block's `}`, the written lines left as they are.
@@ -22,6 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--target", required=True)
     p.add_argument("--op", help="this operator (default: every @auto operator without a schedule for the target)")
     p.add_argument("--samples", type=int, default=1, help="K distinct legal candidates, measured; the fastest kept")
+    p.add_argument("--beams", type=int, default=None, metavar="N",
+                   help="beam search with N beams, 1 = greedy (default: as the checkpoint's generation_config.json says)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", help="checkpoint directory (default: the shipped one)")
     p.add_argument("--write", action="store_true", help="append the schedule blocks to FILE")
@@ -79,6 +82,10 @@ def main_generate(args) -> int:
     from tensorlang.space.constraints import constraints
     from tensorlang.space.space import Space
     gen = Generator(args.model) if args.model else default_generator()
+    beams = gen.num_beams if args.beams is None else args.beams
+    if beams < 1:
+        print("tensorlang generate: error: --beams is 1 (greedy) or more", file=sys.stderr)
+        return 2
     blocks, status, entries = [], 0, []
     edits = []  # (offset in the file, text inserted there): continuations of written blocks
     src = Path(args.file).read_text()
@@ -100,11 +107,11 @@ def main_generate(args) -> int:
                       file=sys.stderr)
                 status = 1
                 continue
-        how = ""
+        how = f", beam search with {beams} beams" if beams > 1 else ""
         if args.samples > 1:
-            outs = gen.sample(space, args.samples, seed=args.seed, constraints=cons)
+            outs = gen.sample(space, args.samples, seed=args.seed, constraints=cons, num_beams=beams)
             if target.is_gpu:
-                best, how = outs[0], f", greedy of {len(outs)} candidates (no GPU here to time them)"
+                best, how = outs[0], f", the one-pass one of {len(outs)} candidates (no GPU here to time them)"
             else:
                 best, results = fastest(outs, op, target)
                 if best is None:
@@ -115,7 +122,7 @@ def main_generate(args) -> int:
                 ms = min(r.median_s for r in results if r.median_s) * 1e3
                 how = f", fastest of {len(outs)} measured candidates ({ms:.4f} ms, seed {args.seed})"
         else:
-            best = gen.generate(space, cons)
+            best = gen.generate(space, cons, num_beams=beams)
         if args.ms_database:
             entry = _database_entry(doc, name, target, best)
             if isinstance(entry, str):

@@ -1,8 +1,9 @@
 """The Generator: schedules from the tensor language model, legal by construction, in one pass.
 
     gen = Generator()                      # the shipped checkpoint (lm/checkpoints/default)
-    out = gen.generate(space)              # greedy: out.point (sketch, decisions, .stmts, .mod), out.tokens
-    outs = gen.sample(space, k=8, seed=0)  # up to 8 distinct legal schedules (greedy first)
+    out = gen.generate(space)              # one pass: out.point (sketch, decisions, .stmts, .mod), out.tokens
+    out = gen.generate(space, num_beams=4) # beam search (the checkpoint's generation_config.json may ask for it)
+    outs = gen.sample(space, k=8, seed=0)  # up to 8 distinct legal schedules (the one-pass one first)
     out = gen.generate(space, constraints(space, written_stmts))  # consistent with what a user wrote
 
 Decoding is constrained by the Space Builder: at every step a LogitsProcessor (`LegalTokens`) leaves only
@@ -12,7 +13,8 @@ next chosen token in one forward step; the prompt and the forced tokens after it
 The forward pass is `lm/inference.GPT2Decoder` by default (the checkpoint's GPT2LMHeadModel computed in torch
 alone with the same torch calls -- the same logits, bit for bit here -- without transformers' 2.5-5 s import); `engine="transformers"` runs GPT2LMHeadModel.
 Greedy ties go to the lowest token id (torch.argmax over the legal ids in ascending order returns the
-first maximum). Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
+first maximum). Beam search (`num_beams` > 1) keeps the most likely prefixes and returns the most likely
+whole schedule it finds, ties broken the same way. Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
 schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
 written decision, whatever the model would have chosen.
 """
@@ -31,6 +33,7 @@ class Output:
     free: int = 0  # tokens the model chose
     forced: int = 0  # tokens fed without a choice
     seconds: dict = field(default_factory=dict)  # decode, finish
+    logp: float | None = None  # beam search: the schedule's log-probability over its chosen tokens
 
     @property
     def schedule_text(self) -> str:
@@ -48,6 +51,17 @@ def _cache(out):
         _CACHE_ARG = "past_key_values"
         c = out.get("past_key_values")
     return c
+
+
+@dataclass
+class _Beam:
+    """A prefix of beam search: its log-probability, decoder state, KV cache and next-token logits."""
+    score: float
+    nt: object
+    past: object
+    logits: object
+    free: int
+    forced: int
 
 
 class LegalTokens:
@@ -126,6 +140,7 @@ class Generator:
         self.words = S.vocabulary()
         self.ids = S.token_ids()
         self.quality = self.card.get("generation_quality_token")
+        self.num_beams = M.generation_beams(self.path)  # the checkpoint's decoding: 1 = greedy
 
     @property
     def name(self) -> str:
@@ -242,10 +257,18 @@ class Generator:
             scores.append(total)
         return scores
 
-    def generate(self, space, constraints=None) -> Output:
-        """The greedy schedule for a space (its target is in the prompt), within `constraints` if given."""
+    def generate(self, space, constraints=None, num_beams: int | None = None) -> Output:
+        """The model's one-pass schedule for a space (its target is in the prompt), within `constraints` if
+        given: greedy (`num_beams` 1) or beam search, as the checkpoint's generation_config.json says unless
+        `num_beams` is given."""
         with _Threads(self.threads):
-            return self._generate(space, constraints)
+            return self._one_pass(space, constraints, num_beams)
+
+    def _one_pass(self, space, constraints=None, num_beams: int | None = None) -> Output:
+        n = self.num_beams if num_beams is None else num_beams
+        if n > 1:
+            return self._beam_search(space, n, constraints)
+        return self._generate(space, constraints)
 
     def _generate(self, space, constraints=None) -> Output:
         t0 = time.perf_counter()
@@ -260,18 +283,110 @@ class Generator:
         return Output(point, list(tokens), steps + 1, free, forced + forced0,
                       {"decode": t1 - t0, "finish": t2 - t1})
 
-    def sample(self, space, k: int, seed: int = 0, temperature: float = 1.0, attempts: int | None = None,
-               constraints=None) -> list[Output]:
-        """Up to k distinct legal schedules: the greedy one, then seeded samples (as many as the space holds
-        within `attempts`, default 4k + 4), all within `constraints` if given."""
-        with _Threads(self.threads):
-            return self._sample(space, k, seed, temperature, attempts, constraints)
+    def _beam_search(self, space, num_beams: int, constraints=None) -> Output:
+        """Beam search over the legal tokens: the `num_beams` most likely prefixes are kept at every step, scored
+        by the sum of their chosen tokens' log-probabilities under the legal-token renormalisation (forced tokens
+        add nothing: their probability is 1). A prefix less likely than a finished schedule is dropped (a score
+        only falls), so the search ends when no prefix can still beat the best finished one. Greedy picks each
+        token alone and can pair, say, a 16-wide inner tile of one loop with a 28-wide one of the next; the
+        beams compare whole tilings. Ties: the earlier beam, then the lower token id -- deterministic."""
+        import torch
+        t0 = time.perf_counter()
+        nt0, past0, logits0, _, forced0 = self._start(space, constraints)
+        start = _Beam(0.0, nt0, past0, logits0, 0, forced0)
+        live, finished = ([], [start]) if nt0.done else ([start], [])  # a one-point space: all forced
+        steps = 1
+        try:
+            while live:
+                cands = []
+                for i, b in enumerate(live):
+                    allowed = sorted(b.nt.allowed_ids())
+                    if not allowed:
+                        raise RuntimeError(f"no legal token after {b.nt.tokens[-8:]} ({getattr(b.nt, 'error', None)})")
+                    idx = torch.tensor(allowed, device=b.logits.device)
+                    logp = torch.log_softmax(b.logits[idx].float(), dim=-1).tolist()
+                    best = sorted(zip(logp, allowed), key=lambda x: (-x[0], x[1]))[:num_beams]
+                    cands += [(b.score + lp, i, tok) for lp, tok in best]
+                cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+                bar = max((f.score for f in finished), default=float("-inf"))
+                chosen = [c for c in cands if c[0] > bar][:num_beams]
+                children, feeds = [], []
+                for score, i, tok in chosen:
+                    parent = live[i]
+                    nt = parent.nt.fork()
+                    nt.push(self.words[tok])
+                    forced = self._push_forced(nt)
+                    child = _Beam(score, nt, parent.past, None, parent.free + 1, parent.forced + len(forced))
+                    if nt.done:
+                        finished.append(child)
+                        continue
+                    children.append(child)
+                    feeds.append([tok] + [self.ids[t] for t in forced])
+                steps += self._step_beams(children, feeds)
+                for b in live:
+                    b.nt.close()
+                live = children
+            if not finished:
+                raise RuntimeError("beam search finished no schedule")
+            top = max(finished, key=lambda f: f.score)  # the first of equals: ties to the earlier-finished
+            for f in finished:
+                if f is not top:
+                    f.nt.close()
+            t1 = time.perf_counter()
+            try:
+                point = top.nt.finish()
+            finally:
+                top.nt.close()
+        finally:
+            for b in live:
+                b.nt.close()
+        return Output(point, list(top.nt.tokens), steps, top.free, top.forced,
+                      {"decode": t1 - t0, "finish": time.perf_counter() - t1}, logp=top.score)
 
-    def _sample(self, space, k, seed, temperature, attempts, constraints=None) -> list[Output]:
+    def _step_beams(self, beams: list, feeds: list) -> int:
+        """One forward step of every beam on its own cache (beam.past -> beam.past, beam.logits). With the torch
+        engine, beams whose caches and feeds have the same lengths (the usual case: one sketch, the same forced
+        tokens) go in one batched step -- their caches stacked, the result split back into views. -> forward
+        passes run."""
         import copy
 
         import torch
-        outs = [self._generate(space, constraints)]
+        if self.engine != "torch":  # transformers' caches are extended in place: each beam its own copy
+            for b, ids in zip(beams, feeds):
+                logits, b.past = self.forward([ids], copy.deepcopy(b.past))
+                b.logits = logits[0, -1]
+            return len(beams)
+        from tensorlang.lm.inference import KVCache
+        groups: dict = {}
+        for b, ids in zip(beams, feeds):
+            groups.setdefault((b.past.get_seq_length(), len(ids)), []).append((b, ids))
+        for group in groups.values():
+            if len(group) == 1:
+                b, ids = group[0]
+                logits, b.past = self.forward([ids], b.past)
+                b.logits = logits[0, -1]
+                continue
+            caches = [b.past for b, _ in group]
+            stacked = KVCache([(torch.cat([c.layers[i][0] for c in caches]), torch.cat([c.layers[i][1] for c in caches]))
+                               for i in range(len(caches[0].layers))])
+            logits, past = self.forward([ids for _, ids in group], stacked)
+            for row, (b, _) in enumerate(group):
+                b.past = KVCache([(k[row:row + 1], v[row:row + 1]) for k, v in past.layers])
+                b.logits = logits[row, -1]
+        return len(groups)
+
+    def sample(self, space, k: int, seed: int = 0, temperature: float = 1.0, attempts: int | None = None,
+               constraints=None, num_beams: int | None = None) -> list[Output]:
+        """Up to k distinct legal schedules: the one-pass one (`generate`'s), then seeded samples (as many as the
+        space holds within `attempts`, default 4k + 4), all within `constraints` if given."""
+        with _Threads(self.threads):
+            return self._sample(space, k, seed, temperature, attempts, constraints, num_beams)
+
+    def _sample(self, space, k, seed, temperature, attempts, constraints=None, num_beams=None) -> list[Output]:
+        import copy
+
+        import torch
+        outs = [self._one_pass(space, constraints, num_beams)]
         seen = {(outs[0].point.sketch, tuple(outs[0].point.decisions))}
         if k <= 1:
             return outs[:k]

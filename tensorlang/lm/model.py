@@ -97,6 +97,27 @@ def version(card: dict) -> str:
     return f"tlm-{card.get('size', '?')} {card.get('version', 'v0')}+{card.get('weights_sha256', '')[:8]}"
 
 
+GENERATION_CONFIG = "generation_config.json"
+
+
+def generation_beams(path: str | Path) -> int:
+    """The checkpoint's decoding: `num_beams` of its generation_config.json (transformers' own field and file,
+    written by save_pretrained); 1 (greedy) where it is not set."""
+    p = Path(path) / GENERATION_CONFIG
+    return int(json.loads(p.read_text()).get("num_beams", 1)) if p.exists() else 1
+
+
+def set_generation_beams(path: str | Path, num_beams: int) -> None:
+    """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
+    p = Path(path) / GENERATION_CONFIG
+    cfg = json.loads(p.read_text()) if p.exists() else {}
+    if num_beams == 1:
+        cfg.pop("num_beams", None)
+    else:
+        cfg["num_beams"] = num_beams
+    p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def tuned_cpus(card: dict) -> set[str] | None:
     """The CPUs (LLVM names) whose measurements the model was fine-tuned on; None if the card does not say."""
     stages = [s for s in card.get("stages", []) if s.get("stage") == "finetune"]
