@@ -1,4 +1,4 @@
-"""Checkpoints side by side: each model's one-pass (greedy, constrained) schedule of every task of a set, and
+"""Checkpoints side by side: each model's one-pass (constrained) schedule of every task of a set, and
 roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist] [--repeat 5]
@@ -12,7 +12,8 @@ every other checkpoint, and its loss on the validation tasks' best records (the 
 fastest measured schedule of every task kept out of training -- the same examples for every model; a
 quality-conditioned one gets its generation token in front): a cheap figure beside the measured one.
 Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
-`--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams: `NAME@beams4`).
+`--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams): `NAME@greedy`,
+`NAME@beams4`, the plain `NAME` for the checkpoint's own decoding (its generation_config.json's num_beams).
 Writes the rows and summary as JSON.
 """
 from __future__ import annotations
@@ -54,11 +55,11 @@ def validation_loss(model_dir) -> dict:
 
 
 class Beams:
-    """A Generator decoding by beam search (phase 1 calls `.generate(space)`)."""
+    """A Generator decoding with `num_beams` beams, 1 = greedy (phase 1 calls `.generate(space)`)."""
 
     def __init__(self, gen, num_beams: int):
         self.gen, self.num_beams = gen, num_beams
-        self.name = f"{gen.name} beams={num_beams}"
+        self.name = gen.name if num_beams == 1 else f"{gen.name} beams={num_beams}"
 
     def generate(self, space):
         return self.gen.generate(space, num_beams=self.num_beams)
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", default="heldout", choices=("heldout", "indist"))
     ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist)")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--beams", default="1", help="comma-separated beam counts to decode with (1: greedy)")
+    ap.add_argument("--beams", default=None,
+                    help="comma-separated beam counts to decode with (1: greedy; default: each checkpoint's own)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -82,21 +84,22 @@ def main(argv=None) -> int:
     from tensorlang.machine import describe, host
 
     gens, dirs = {}, {}
-    beams = [int(b) for b in args.beams.split(",")]
     for d in args.models:
         g = Generator(d)
-        for nb in beams:
-            name = f"{Path(d).name}{'' if nb == 1 else f'@beams{nb}'}={g.name}"
+        # the checkpoint's own decoding (generation_config.json) keeps the plain name
+        for nb in ([int(b) for b in args.beams.split(",")] if args.beams else [g.num_beams]):
+            tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
+            name = f"{Path(d).name}{tag}={g.name}"
             if name in gens:
                 raise SystemExit(f"compare: {d} is given twice")
-            gens[name], dirs[name] = (g if nb == 1 else Beams(g, nb)), d
+            gens[name], dirs[name] = Beams(g, nb), d
     policies = list(gens) + ["roller"]
     losses = {d: validation_loss(d) for d in args.models}
     val = {n: losses[d] for n, d in dirs.items()}
     tasks = (bench.HELDOUT if args.set == "heldout" else bench.indist_tasks(args.indist))[:args.limit]
     with tempfile.TemporaryDirectory() as tmp:
         cache = bench.Cache(Path(tmp) / "schedules.json")
-        say(f"{len(tasks)} {args.set} tasks, {len(gens)} models: phase 1 (greedy schedules)")
+        say(f"{len(tasks)} {args.set} tasks, {len(gens)} models: phase 1 (one-pass schedules)")
         bench.generate_all(tasks, policies, cache, gens, say)
         rows, results = bench.measure_set(tasks, policies, cache, args.repeat, say)
     from tensorlang.bench.command import conditions
