@@ -6,7 +6,7 @@ produce it (where the policy can say), and names the policy:
 - `random[:SEED]`: a uniform sample of the space;
 - `default`: TVM without search (DLight rules; no .tsched text);
 - `metaschedule[:N]`: MetaSchedule tuning with N trials (default 64), its best trace as .tsched text;
-- `tlm`: the tensor language model (baselines/tlm.py: greedy, legal by construction); `tlm:K`: K distinct
+- `tlm`: the tensor language model (baselines/tlm.py: one pass, legal by construction); `tlm:K`: K distinct
   legal candidates measured, the fastest kept; without a model checkpoint, `roller` (warning TS409);
 - `auto`: the best available policy -- `tlm` where the model checkpoint exists, else `roller` (the
   language server's workers too: the model loads there once, in the background, at start).

@@ -1,5 +1,6 @@
-"""`tlm`: the tensor language model's schedule (lm/generate.py): greedy, constrained to the Space Builder's
-legal tokens, so it never fails to be legal. `tlm:K`: up to K distinct legal candidates (the greedy one,
+"""`tlm`: the tensor language model's schedule (lm/generate.py) in one pass -- greedy or beam search, as the
+checkpoint's generation_config.json says -- constrained to the Space Builder's legal tokens, so it never fails
+to be legal. `tlm:K`: up to K distinct legal candidates (the one-pass one,
 then seeded samples), measured with the bench harness, the fastest kept ("TLM + K trials").
 
 The default checkpoint (lm/checkpoints/default) is loaded once per process, on first use. Without one, the
@@ -47,7 +48,7 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, wri
                 cons = None
         if samples and samples > 1:
             outs = gen.sample(space, samples, seed=seed, constraints=cons)
-            if target.is_gpu:  # no GPU here to time them: the greedy one
+            if target.is_gpu:  # no GPU here to time them: the one-pass one
                 best = outs[0]
             else:
                 best, _ = fastest(outs, op, target)

@@ -154,10 +154,10 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
 
 
 def model_candidates(space, generator, samples: int, seed: int) -> list:
-    """The tensor language model's candidates: its greedy schedule, then seeded samples -- up to `samples`
-    distinct legal points (as many as the space holds). Same model, task and seed -> the same candidates, so
-    a rerun skips them by key. Labelled with the model's name and version: `tlm:<name>` the greedy one,
-    `tlm:<name>:sample` the others."""
+    """The tensor language model's candidates: its one-pass schedule (greedy or beam search, as its checkpoint
+    says), then seeded samples -- up to `samples` distinct legal points (as many as the space holds). Same model,
+    task and seed -> the same candidates, so a rerun skips them by key. Labelled with the model's name and
+    version: `tlm:<name>` the one-pass one, `tlm:<name>:sample` the others."""
     outs = generator.sample(space, samples, seed=seed)
     return [(f"tlm:{generator.name}" + (":sample" if n else ""), out.point) for n, out in enumerate(outs)]
 

@@ -3,15 +3,16 @@
     tensorlang train --iterate 2 --init runs/r2/finetune -o runs/r2/iterate --collect-minutes 20 --minutes 8
 
 Per round r (1..R), starting from the model `--init`:
-1. collect: the current model's `--samples` distinct candidates per training task (greedy first), measured
+1. collect: the current model's `--samples` distinct candidates per training task (its one-pass one first), measured
    with the bench harness into the measured dataset (data/measured/llvm by default), the tasks with the
    fewest records on this machine first (so that a budgeted round moves on to the tasks the last ones did
    not reach). Held-out tasks are left out altogether; records already there are skipped by key.
 2. fine-tune the current model on every correct measured record (quality-conditioned, as `--stage
    finetune`) -> OUT/round-<r>, the next round's model.
 3. log the round: the validation loss, and how good the round's measured candidates were -- the geometric
-   mean over tasks of (greedy latency / best known latency for the task before the round) and the same for
-   the best of the round's candidates. OUT/iterate.json holds every round; a round whose model exists is
+   mean over tasks of (the one-pass candidate's latency / best known latency for the task before the round;
+   `greedy_over_best_known`, named when the one pass was always greedy) and the same for the best of the
+   round's candidates. OUT/iterate.json holds every round; a round whose model exists is
    not run again.
 """
 from __future__ import annotations
