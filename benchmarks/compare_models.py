@@ -59,7 +59,6 @@ class Beams:
 
     def __init__(self, gen, num_beams: int):
         self.gen, self.num_beams = gen, num_beams
-        self.name = gen.name if num_beams == 1 else f"{gen.name} beams={num_beams}"
 
     def generate(self, space):
         return self.gen.generate(space, num_beams=self.num_beams)

@@ -64,6 +64,14 @@ class _Beam:
     forced: int
 
 
+def _legal_ids(nt) -> list[int]:
+    """The legal next token ids, ascending; an error if there is none (a decoder state gone wrong)."""
+    allowed = sorted(nt.allowed_ids())
+    if not allowed:
+        raise RuntimeError(f"no legal token after {nt.tokens[-8:]} ({getattr(nt, 'error', None)})")
+    return allowed
+
+
 class LegalTokens:
     """A `transformers.LogitsProcessor`: -inf on every token NextTokens does not allow."""
 
@@ -188,12 +196,9 @@ class Generator:
 
     def _decode(self, nt, past, logits, choose) -> tuple[list, int, int, int]:
         """`choose(nt, past, logits, allowed ids)` -> the ids chosen (one token, or a whole spelled number)."""
-        proc = LegalTokens(nt)
         free = forced_n = steps = 0
         while not nt.done:
-            allowed = proc.allowed()
-            if not allowed:
-                raise RuntimeError(f"no legal token after {nt.tokens[-8:]} ({getattr(nt, 'error', None)})")
+            allowed = _legal_ids(nt)
             chosen = choose(nt, past, logits, allowed)
             for tok in chosen:
                 nt.push(self.words[tok])
@@ -300,9 +305,7 @@ class Generator:
             while live:
                 cands = []
                 for i, b in enumerate(live):
-                    allowed = sorted(b.nt.allowed_ids())
-                    if not allowed:
-                        raise RuntimeError(f"no legal token after {b.nt.tokens[-8:]} ({getattr(b.nt, 'error', None)})")
+                    allowed = _legal_ids(b.nt)
                     idx = torch.tensor(allowed, device=b.logits.device)
                     logp = torch.log_softmax(b.logits[idx].float(), dim=-1).tolist()
                     best = sorted(zip(logp, allowed), key=lambda x: (-x[0], x[1]))[:num_beams]
