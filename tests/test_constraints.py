@@ -226,14 +226,14 @@ def test_constrained_decoder_forces_the_written_decisions():
         dec.push("DECISIONS")
         while dec.tokens[-1:] != ["L1"]:  # through the first tile to the head of C.j's
             dec.push(sorted(dec.allowed())[0])
-        # the head's level count, the extent, the written factors with what each leaves, then the head of
-        # the next decision (the tile of C.k)
-        assert dec.forced()[:15] == ["4", "=", "512", "2", "=", "256", "8", "=", "32", "2", "=", "16", "16",
+        # the head's level count, the extent, the written factors innermost first with what each leaves,
+        # then the head of the next decision (the tile of C.k)
+        assert dec.forced()[:15] == ["4", "=", "512", "16", "=", "32", "2", "=", "16", "8", "=", "2", "2",
                                      "TILE", "t2"]
         for tok in ["4", "=", "512"]:
             dec.push(tok)
-        assert dec.mask().sum() == 1 and dec.allowed() == {"2"} and len(dec.inner.allowed()) > 1
-        for tok in ["2", "=", "256", "8", "=", "32", "2", "=", "16", "16"]:
+        assert dec.mask().sum() == 1 and dec.allowed() == {"16"} and len(dec.inner.allowed()) > 1
+        for tok in ["16", "=", "32", "2", "=", "16", "8", "=", "2", "2"]:
             dec.push(tok)
         while len(dec.decisions) < 3:  # k free: several tokens
             dec.push(sorted(dec.allowed())[0])

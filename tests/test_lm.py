@@ -263,9 +263,10 @@ def test_generation_is_legal_on_cpu_and_gpu(tiny):
 
 
 def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
-    """11008 = 2^8 * 43: its tile factors 43 * 2^k above 256 have no token. Greedy decoding compares each
-    legal value's probability -- a spelled one's being the product over `NUM> digits <NUM` -- and the
-    batched scoring agrees with feeding each spelling token by token (the reference below)."""
+    """16448 = 2^6 * 257: its tile factors 257 * 2^k have no token, and whatever innermost factor (at most
+    64) is chosen first, what is left still has them. Greedy decoding compares each legal value's
+    probability -- a spelled one's being the product over `NUM> digits <NUM` -- and the batched scoring
+    agrees with feeding each spelling token by token (the reference below)."""
     import copy
 
     import torch
@@ -273,7 +274,7 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
     from tensorlang.lm import generate as G
     from tensorlang.space import sentence as S
     gen = G.Generator(tiny[0] / "fine")
-    space = _spaces("target cpu = llvm()\nop wide(A: f32[4, 16], B: f32[16, 11008]) -> C: f32[4, 11008] {\n"
+    space = _spaces("target cpu = llvm()\nop wide(A: f32[4, 16], B: f32[16, 16448]) -> C: f32[4, 16448] {\n"
                     "    C[i, j] += A[i, k] * B[k, j]\n}\n")[1]["wide"]
     seen = []
     greedy = gen._greedy
@@ -307,7 +308,7 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
     got, scores, words = seen[0]
     spelled = [k for k in scores if len(k) > 1]
     values = {int("".join(gen.words[t] for t in k[1:-1])) for k in spelled}
-    assert values and all(11008 % v == 0 and str(v) not in S.token_ids() for v in values)
+    assert values and all(16448 % v == 0 and str(v) not in S.token_ids() for v in values)
     assert tuple(got) == max(scores, key=lambda k: (scores[k], [-t for t in k]))
     assert out.point.sketch in space.usable
 

@@ -2,6 +2,7 @@
 from it computes what the original does), task keys that tell operators apart, and the decoder API."""
 import gc
 import glob
+import math
 import threading
 from collections import defaultdict
 
@@ -56,23 +57,30 @@ def test_padded_conv_sentence_exactly():
     decisions = ((1, 1, 1, 1), (1, 4, 1, 1), (1, 6, 1, 1), (1, 6, 1, 1), (2, 2), (3, 1), (3, 1), 2, 7)
     tokens = S.encode(space, Point(0, decisions))
     assert " ".join(S.split(tokens)[1]) == (
-        "SKETCH 0 DECISIONS TILE t3 L0 4 = 1 1 = 1 1 = 1 1 = 1 1 TILE t3 L1 4 = 4 1 = 4 4 = 1 1 = 1 1 "
-        "TILE t3 L2 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L3 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
-        "TILE t3 L5 2 = 3 3 = 1 1 TILE t3 L6 2 = 3 3 = 1 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]")
+        "SKETCH 0 DECISIONS TILE t3 L0 4 = 1 1 = 1 1 = 1 1 = 1 1 TILE t3 L1 4 = 4 1 = 4 1 = 4 4 = 1 1 "
+        "TILE t3 L2 4 = 6 1 = 6 1 = 6 6 = 1 1 TILE t3 L3 4 = 6 1 = 6 1 = 6 6 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
+        "TILE t3 L5 2 = 3 1 = 3 3 TILE t3 L6 2 = 3 1 = 3 3 UNROLL 64 LOC t2 t3 L3 .1 [EOS]")
     assert S.decode(space, tokens) == (0, decisions)
-    assert tokens[:4] == ["grammar:3", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
-    # the same sentence as v2 wrote it (no extents) is upgraded to exactly this one
-    from tensorlang.data.reencode import upgrade_v2
+    assert tokens[:4] == ["grammar:4", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
+    # the same sentence as v2 wrote it (no extents, outermost factor first) and as v3 wrote it (the
+    # extents, outermost first) is upgraded to exactly this one
+    from tensorlang.data.reencode import upgrade_tiles
     v2 = ["grammar:2"] + S.split(tokens)[0][1:] + (
         "SKETCH 0 DECISIONS TILE t3 L0 4 1 1 1 1 TILE t3 L1 4 1 4 1 1 TILE t3 L2 4 1 6 1 1 TILE t3 L3 4 1 6 1 1 "
         "TILE t3 L4 2 2 2 TILE t3 L5 2 3 1 TILE t3 L6 2 3 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]").split()
-    assert upgrade_v2(v2) == tokens
+    v3 = ["grammar:3"] + S.split(tokens)[0][1:] + (
+        "SKETCH 0 DECISIONS TILE t3 L0 4 = 1 1 = 1 1 = 1 1 = 1 1 TILE t3 L1 4 = 4 1 = 4 4 = 1 1 = 1 1 "
+        "TILE t3 L2 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L3 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
+        "TILE t3 L5 2 = 3 3 = 1 1 TILE t3 L6 2 = 3 3 = 1 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]").split()
+    assert upgrade_tiles(v2) == tokens and upgrade_tiles(v3) == tokens
+    with pytest.raises(ValueError, match="not a v2 or v3 sentence"):
+        upgrade_tiles(tokens)
 
 
 def test_a_spelled_out_extent_and_what_is_left_of_it():
-    """11008 = 2^8 * 43 has no token: the extent and what is left are spelled out like the factors."""
+    """11008 = 2^8 * 43 has no token: the extent is spelled out like a factor; the factors innermost first."""
     assert S.tile_value_tokens((1, 43, 256)) == (
-        "= NUM> 1 1 0 0 8 <NUM 1 = NUM> 1 1 0 0 8 <NUM 43 = 256 256").split()
+        "= NUM> 1 1 0 0 8 <NUM 256 = 43 43 = 1 1").split()
 
 
 def test_numbers_are_exact():
@@ -386,29 +394,45 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
     assert {r["key"] for r in dataset.read(root)} == {r["key"] for r in recs.values()}
 
 
-def test_reencode_upgrades_v2_records_in_place_of_keys(tmp_path):
-    """A v2 dataset: each record's sentence gains its tiles' extents (decoding to the stored point), its
-    versions are today's, and nothing else changes -- key, task hash, the .done lines; a second run copies."""
-    import re
+def _older_schedule(space, p, version: int) -> list[str]:
+    """The schedule part of a point's sentence as v2 (the factors alone) or v3 (`= <extent>` and `= <what
+    is left>` between them) wrote it: each tile's factors outermost first."""
+    out = ["SKETCH", *S.int_tokens(p.sketch), "DECISIONS"]
+    for k, (pt, value) in enumerate(zip(S.decision_points(space, p.sketch, p.decisions), p.decisions)):
+        out += list(S._head_of(space, p.sketch, k, pt))
+        if pt.kind != "tile":
+            out += S.value_tokens(space, pt, value)
+            continue
+        left = math.prod(value)
+        for f in value:
+            out += (["="] + S.int_tokens(left) if version == 3 else []) + S.int_tokens(f)
+            left //= f
+    return out + [S.EOS]
 
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_reencode_upgrades_older_records_in_place_of_keys(tmp_path, version):
+    """A v2 or v3 dataset: each record's sentence is rewritten with today's tiles (extents said, factors
+    innermost first; decoding to the stored point), its versions are today's, and nothing else changes --
+    key, task hash, the .done lines; a second run copies."""
     from tensorlang.data import dataset
     from tensorlang.data.reencode import reencode
     doc, op = op_of(PADDED_CONV)
     space = Space(op, doc.primfunc("pc"), doc.model.targets["cpu"])
     points, _ = space.sample(3, seed=2)
     root, h = tmp_path / "measured", op_hash(op)
+    versions = [f"grammar:{version}", "vocab:2", "space:2"]
     with dataset.Writer(root) as w:
         for n, p in enumerate(points):
-            prompt, sched = S.split(S.encode(space, p))
-            v2 = ["grammar:2"] + prompt[1:] + re.sub(r"= (NUM> [-0-9 ]+ <NUM|\S+) ", "", " ".join(sched) + " ").split()
+            old = versions + S.split(S.encode(space, p))[0][3:] + _older_schedule(space, p, version)
+            assert old != S.encode(space, p)
             w.append({"key": f"k{n}", "task": {"file": "pc.tsched", "op": "pc", "hash": h}, "target": "llvm",
-                      "machine": "m1", "sketch": p.sketch, "status": "ok", "sentence": " ".join(v2),
-                      "versions": ["grammar:2", "vocab:2", "space:2"],
-                      "decisions": [list(d) if isinstance(d, tuple) else d for d in p.decisions]})
+                      "machine": "m1", "sketch": p.sketch, "status": "ok", "sentence": " ".join(old),
+                      "versions": versions, "decisions": [list(d) if isinstance(d, tuple) else d for d in p.decisions]})
         w.close(compress_open=True)
     (root / "metaschedule-64.done").write_text(f"{h}|llvm|m1\n")
     summary = reencode(root, log=lambda m: None)
-    assert (summary["records"], summary["upgraded_v2"], summary["refused"]) == (3, 3, 0)
+    assert (summary["records"], summary[f"upgraded_v{version}"], summary["refused"]) == (3, 3, 0)
     assert summary["done_lines_unmapped"] == []
     recs = {r["key"]: r for r in dataset.read(root)}
     for n, p in enumerate(points):

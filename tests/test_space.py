@@ -265,12 +265,12 @@ def test_next_tokens_are_exactly_the_domain(file, op, target):
                 assert len(nt.allowed()) == 1
                 nt.push(next(iter(nt.allowed())))
             if point.kind == "tile":
-                for k, f in enumerate(value):
+                for k in reversed(range(len(value))):  # innermost first
                     while nt._choice.pending:  # `= <extent>` / `= <what is left>`: forced
                         assert len(nt.allowed()) == 1
                         nt.push(next(iter(nt.allowed())))
-                    assert nt.allowed() == {str(d[k]) for d in point.domain if d[:k] == value[:k]}
-                    nt.push(str(f))
+                    assert nt.allowed() == {str(d[k]) for d in point.domain if d[k + 1:] == value[k + 1:]}
+                    nt.push(str(value[k]))
             elif point.kind == "categorical":
                 assert nt.allowed() == {str(point.candidates[i]) for i in point.domain}
                 nt.push(str(point.candidates[value]))

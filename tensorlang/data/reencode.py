@@ -1,7 +1,8 @@
 """Re-encode datasets made under older tensor sentences in today's (`tensorlang data reencode DIR...`).
 
-v2 -> v3 is a rewrite of the tokens alone (`upgrade_v2`): v3 says at each tile its loop's extent and what
-is left to split after each factor, all of which follow from the factors (they multiply to the extent).
+v2 -> v4 and v3 -> v4 are rewrites of the tokens alone (`upgrade_tiles`): v3 says at each tile its loop's
+extent and what is left to split after each factor, all of which follow from the factors (they multiply
+to the extent); v4 writes the factors innermost first (the outermost is then what is left, forced).
 Nothing else about the record changes (its key, task hash and point stay).
 
 v1 -> today (v1 sentences were decoded and encoded anew, as v2 then; as today's now):
@@ -37,6 +38,7 @@ from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
 
 V1_VERSIONS = ["grammar:1", "vocab:1", "space:1"]
 V2_VERSIONS = ["grammar:2", "vocab:2", "space:2"]
+V3_VERSIONS = ["grammar:3", "vocab:2", "space:2"]
 V1_MAX_INT = 8192
 # The CPU names that had a token in v1 (analysis/targets.py's KNOWN_CPUS then).
 V1_CPUS = ("alderlake", "cascadelake", "haswell", "icelake-server", "sapphirerapids", "skylake", "skylake-avx512",
@@ -201,12 +203,15 @@ def is_current(rec: dict) -> bool:
     return rec.get("sentence", "").split(" ", 3)[:3] == version_tokens()[:3]
 
 
-def upgrade_v2(tokens: list[str]) -> list[str]:
-    """A v2 sentence in v3: after each `TILE <block> <loop> <n>`, `= <extent>` and, after each factor but
-    the last, `= <what is left>` -- from the factors themselves. Raises ValueError on a malformed one."""
+def upgrade_tiles(tokens: list[str]) -> list[str]:
+    """A v2 or v3 sentence in today's (v4): each tile's values rewritten from its factors alone
+    (`tile_value_tokens`: `= <extent>`, the factors innermost first, `= <what is left>` after each but the
+    last). v2 wrote the n factors alone, outermost first; v3 the same order with the extents between.
+    Raises ValueError on a malformed sentence or another version."""
     from tensorlang.space import sentence as S
-    if tokens[:3] != V2_VERSIONS:
-        raise ValueError(f"not a v2 sentence: {' '.join(tokens[:3])}")
+    versions = tokens[:3]
+    if versions not in (V2_VERSIONS, V3_VERSIONS):
+        raise ValueError(f"not a v2 or v3 sentence: {' '.join(versions)}")
     out = S.version_tokens()[:3] + tokens[3:tokens.index("DECISIONS") + 1]
     i = len(out)
     while i < len(tokens):
@@ -223,6 +228,10 @@ def upgrade_v2(tokens: list[str]) -> list[str]:
         out += tokens[i:j]  # the head, as it was
         factors = []
         for _ in range(n):
+            if versions == V3_VERSIONS:  # `= <extent>` or `= <what is left>` before each factor
+                if tokens[j] != "=":
+                    raise ValueError(f"token {j}: {tokens[j]!r} where a v3 tile has `=`")
+                _, j = S.read_int(tokens, j + 1)
             f, j = S.read_int(tokens, j)
             factors.append(f)
         out += S.tile_value_tokens(factors)
@@ -275,10 +284,10 @@ def reencode_record(rec: dict, tasks: _Tasks) -> dict:
     return out
 
 
-def _upgraded_v2(rec: dict) -> dict:
+def _upgraded_tiles(rec: dict) -> dict:
     from tensorlang.space import sentence as S
     out = {k: v for k, v in rec.items() if k != "sha256"}
-    out["sentence"] = " ".join(upgrade_v2(rec["sentence"].split()))
+    out["sentence"] = " ".join(upgrade_tiles(rec["sentence"].split()))
     if "versions" in rec:
         out["versions"] = S.version_tokens()
     return out
@@ -291,7 +300,7 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
     new = root.with_name(root.name + ".reencode")
     shutil.rmtree(new, ignore_errors=True)
     tasks = _Tasks()
-    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "already_current": 0, "refused": 0, "deferred": 0,
+    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "upgraded_v3": 0, "already_current": 0, "refused": 0, "deferred": 0,
               "duplicates": 0}
     refused: dict = {}
     hashes: dict = {}  # (v1 hash, target, machine) -> v2 hashes (for the .done files)
@@ -312,8 +321,9 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
                         f"{time.time() - start:.0f} s")
             if is_current(rec):
                 out, kind = rec, "already_current"
-            elif rec.get("sentence", "").split(" ", 3)[:3] == V2_VERSIONS:
-                out, kind = _upgraded_v2(rec), "upgraded_v2"
+            elif rec.get("sentence", "").split(" ", 3)[:3] in (V2_VERSIONS, V3_VERSIONS):
+                v = "v2" if rec["sentence"].startswith(V2_VERSIONS[0] + " ") else "v3"
+                out, kind = _upgraded_tiles(rec), f"upgraded_{v}"
                 h = rec["task"]["hash"]  # keys stay: the .done lines map to themselves
                 hashes.setdefault((h, rec["target"], rec.get("machine")), set()).add(h)
             elif task in deferred_tasks:

@@ -145,6 +145,7 @@ class Generator:
             if not issubclass(LegalTokens, _logits_processor_base()):
                 LegalTokens = type("LegalTokens", (LegalTokens, _logits_processor_base()), {})
         self.load_s = time.perf_counter() - t0
+        M.check_sentences(self.card, self.path)
         self.words = S.vocabulary()
         self.ids = S.token_ids()
         self.quality = self.card.get("generation_quality_token")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "checkpoints" / "default"
 CARD_JSON, CARD_MD = "model_card.json", "README.md"
-N_POSITIONS = 768  # the longest v3 sentence of the corpora is 515 tokens (+ the quality token)
+N_POSITIONS = 768  # the longest v3/v4 sentence of the corpora is 515 tokens (+ the quality token)
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 
 
@@ -143,6 +143,19 @@ def load(path: str | Path | None = None, device: str = "cpu"):
 def read_card(path: str | Path) -> dict:
     p = Path(path) / CARD_JSON
     return json.loads(p.read_text()) if p.exists() else {}
+
+
+def check_sentences(card: dict, path: str | Path) -> None:
+    """Refuse a checkpoint trained on sentences of another grammar, vocabulary or space version: the token
+    ids still fit, but what the model learnt to write would be read as something else (grammar 4 turned
+    the order of a tile's factors around). A card that does not say is let through."""
+    from tensorlang.space import sentence as S
+    said = card.get("vocab", "").split()[:3]
+    today = S.version_tokens()[:3]
+    if said and said != today:
+        raise ValueError(f"the checkpoint {path} was trained on {' '.join(said)} sentences, and this tensorlang "
+                         f"writes {' '.join(today)}: train one on today's (tensorlang train) or use a tensorlang of "
+                         f"its version")
 
 
 def write_card(path: str | Path, card: dict) -> None:

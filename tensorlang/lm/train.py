@@ -113,6 +113,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     card: dict = {}
     if init is not None:
         model, card = M.load(init)
+        M.check_sentences(card, init)
         model.train()
         size = card.get("size", f"{model.config.n_layer}x{model.config.n_embd}")
     else:

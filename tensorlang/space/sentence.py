@@ -2,12 +2,13 @@
 
     <versions> TARGET <features> OP <operator> SKETCH k DECISIONS <decision>* [EOS]
 
-Version 3 (docs/language.md §9 has the grammar and an example; v3 is v2 with each tile's extents said).
+Version 4 (docs/language.md §9 has the grammar and an example; v3 was v2 with each tile's extents said, v4 is
+v3 with each tile's factors innermost first).
 The prompt (everything before SKETCH) says everything about the task, so that the operator can be
 rebuilt from it alone (`op_source`) and the task key is a hash of it:
 
-- versions: `grammar:3 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
-  (`tensorlang data reencode` rewrites v1 and v2 datasets);
+- versions: `grammar:4 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
+  (`tensorlang data reencode` rewrites v1, v2 and v3 datasets);
 - target: LLVM's CPU name where it has a token (`cpu:znver4`, else `cpu:generic`), cores, vector
   width, L1d/L2 per core and the SIMD families (`isa:avx512f` ...), so CPUs without a token of
   their own are still told apart; for CUDA the architecture and the limits the space uses;
@@ -18,10 +19,14 @@ rebuilt from it alone (`op_source`) and the task key is a hash of it:
   integers exact, floats one token for a small table, else `FLT m e` (exactly m * 10**e); then
   `OUT` and the outputs;
 - schedule: the sketch, then each decision introduced by its instruction and subject:
-  `TILE <block> <loop> <n>`, `= <extent>` and the n factors, each but the last followed by `= <what is
-  left to split>` (`TILE t3 L1 4 = 64 1 = 64 4 = 16 2 = 8 8`: the extent and the rest are forced tokens,
-  there so that a small model sees at each factor what it divides -- v2 left it to find the extent in
-  the prompt, and a 3-layer model chose the same factors for every shape); `UNROLL`, `VECTOR <block>`,
+  `TILE <block> <loop> <n>`, `= <extent>` and the n factors innermost first, each but the last followed
+  by `= <what is left to split>` (`TILE t3 L1 4 = 64 8 = 8 2 = 4 4 = 1 1` is the tile (1, 4, 2, 8): the
+  extent and the rest are forced tokens, there so that a small model sees at each factor what it divides
+  -- v2 left it to find the extent in the prompt, and a 3-layer model chose the same factors for every
+  shape). Innermost first: the factors that decide the vector and register tiles are chosen while
+  anything is still possible, and the outermost (the parallel loop) takes what is left -- v3 chose
+  outermost first, and a model that chose 1 for the middle factors left the innermost to take the rest
+  (a 64x7x7 register tile, a 1-wide unvectorised column); `UNROLL`, `VECTOR <block>`,
   `THREADS <block> <loop>` and the value chosen (not its index); `LOC <block>` and the site: `inline`, `root`, or
   `<block> <loop>`. Blocks are tensors plus the words of blocks a sketch made (`t3 rf`, `t0 shared`);
   a loop is named by the block iterators it runs over: `L4` (the whole of L4), `L4 .1` (the second
@@ -52,7 +57,7 @@ from tensorlang.parser import ast as A
 from tensorlang.space.space import (CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space, candidate_sites,
                                     runs_once)
 
-GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 3, 2, 2
+GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 4, 2, 2
 MAX_TENSORS, MAX_LOOPS, MAX_PARTS = 64, 16, 16
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[SEP]", "[MASK]", "[CLS]"]
 QUALITY = ["Q0", "Q1", "Q2", "Q3"]  # measured-quality buckets, reserved for the model's prompts
@@ -925,10 +930,11 @@ def is_loop_word(t: str) -> bool:
 
 
 def tile_value_tokens(factors) -> list[str]:
-    """`= <extent>`, then each factor and, but after the last, `= <what is left to split>`."""
+    """`= <extent>`, then the factors innermost first, each but the last chosen followed by `= <what is
+    left to split>` (the outermost factor is what is left: it is forced)."""
     left = math.prod(factors)
     out = ["="] + int_tokens(left)
-    for i, f in enumerate(factors):
+    for i, f in enumerate(reversed(factors)):
         out += int_tokens(f)
         left //= f
         if i + 1 < len(factors):
@@ -1058,17 +1064,22 @@ class _Choice:
 
 
 class _TileChoice:
-    """A tile's factors one token each (a factor outside INTS: NUM> digits <NUM), narrowed factor by factor;
-    before the first, `= <extent>`, and after each but the last, `= <what is left>` (forced: `pending`)."""
+    """A tile's factors one token each (a factor outside INTS: NUM> digits <NUM), narrowed factor by factor,
+    innermost first (`factors` holds them in that order); before the first, `= <extent>`, and after each
+    but the last, `= <what is left>` (forced: `pending`)."""
 
     def __init__(self, domain, n: int):
         self.cands, self.n, self.factors, self.num = list(domain), n, [], []
         self.pending = ["="] + int_tokens(math.prod(self.cands[0])) if self.cands else []
 
+    def _at(self) -> int:
+        """The position in a tile tuple of the factor chosen next (innermost first)."""
+        return self.n - 1 - len(self.factors)
+
     def allowed(self) -> set[str]:
         if self.pending:
             return {self.pending[0]}
-        k, m = len(self.factors), len(self.num)
+        k, m = self._at(), len(self.num)
         values = {f[k] for f in self.cands}
         if not m:
             return {int_tokens(v)[0] for v in values}
@@ -1079,7 +1090,7 @@ class _TileChoice:
             self.pending.pop(0)
             return False, None
         self.num.append(tok)
-        k = len(self.factors)
+        k = self._at()
         match = [v for v in {f[k] for f in self.cands} if int_tokens(v) == self.num]
         if not match:
             return False, None
@@ -1087,8 +1098,8 @@ class _TileChoice:
         self.num = []
         self.cands = [f for f in self.cands if f[k] == match[0]]
         if len(self.factors) == self.n:
-            return True, tuple(self.factors)
-        self.pending = ["="] + int_tokens(math.prod(self.cands[0][k + 1:]))
+            return True, tuple(reversed(self.factors))
+        self.pending = ["="] + int_tokens(math.prod(self.cands[0][:k]))
         return False, None
 
 
