@@ -454,3 +454,42 @@ def test_space_cli_prints_sentences_and_the_prompt(softmax):
     assert len(lines) == 2 and all(S.decode(softmax, line.split()) for line in lines)
     r = subprocess.run(base + ["--prompt"], capture_output=True, text=True, timeout=300)
     assert r.stdout.split() == S.prompt_tokens(softmax)
+
+
+def test_a_compute_at_answered_from_facts_that_do_not_hold_stays_exact():
+    """BERT-seq384's softmax, sketch 4 (rfactor): decoded after one whose consumer loop 2 ran once, a
+    point where it runs (the tiles differ, the compute-at sites before are the same) was answered from
+    the first replay's facts with the wrong sites, and the decoder raised (found by `collect --model`). The replay's own sites hold:
+    the written site is one of them, so the sentence decodes exactly, and the facts stop answering."""
+    doc = api.load(ROOT / "data/workloads-variants/bert-base-seq384/fused_softmax_broadcast_to5.tsched")
+    op = "fused_softmax_broadcast_to5"
+
+    def space_():
+        return Space(doc.model.ops[op], doc.primfunc(op), api.resolve_target(doc, "llvm"))
+    space, decoder = space_(), space_()
+    rest = (2, 1, 2, 1, 4, -1)
+    first, second = Point(4, ((6, 64), (384, 1)) + rest), Point(4, ((192, 2), (16, 24)) + rest)
+    wrong = []
+    met = S.NextTokens._met
+
+    def spy(self, k, point):
+        assumed = self._assumed.get(k)
+        if assumed is not None and assumed is not point and assumed.domain != point.domain:
+            wrong.append((k, assumed.domain, point.domain))
+        return met(self, k, point)
+    S.NextTokens._met = spy
+    try:
+        for p in (first, second, second):
+            tokens = S.encode(space, p)
+            nt = S.NextTokens(decoder)
+            for t in S.split(tokens)[1]:
+                assert t in nt.allowed()
+                nt.push(t)
+            q = nt.finish()
+            nt.close()
+            assert (q.sketch, q.decisions) == (p.sketch, p.decisions)
+    finally:
+        S.NextTokens._met = met
+    # answered wrongly once (a compute-at decision whose sites the facts got from the first point's loops);
+    # the second time the facts no longer answer
+    assert len(wrong) == 1, wrong
