@@ -717,3 +717,25 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     curve = entry["validation_curve"]
     assert [s for s, _ in curve] == [2, 4, 6, 8, 10, 12] and all(x > 0 for _, x in curve)
     assert M.read_card(tmp_path / "ft")["stages"][-1]["validation_curve"] == curve
+
+
+def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):
+    """A checkpoint whose card says grammar 3 (a tile's factors outermost first) would read today's
+    sentences' factors backwards: the Generator and `train --init` refuse it, saying both versions."""
+    import shutil
+
+    from tensorlang.lm import model as M
+    from tensorlang.lm.generate import Generator
+    from tensorlang.lm.train import train
+    old = tmp_path / "old"
+    shutil.copytree(M.DEFAULT_DIR, old)
+    card = M.read_card(old)
+    card["vocab"] = card["vocab"].replace("grammar:4", "grammar:3")
+    M.write_card(old, card)
+    want = "trained on grammar:3 vocab:2 space:2 sentences, and this tensorlang writes grammar:4 vocab:2 space:2"
+    with pytest.raises(ValueError, match=want):
+        Generator(old)
+    with pytest.raises(ValueError, match=want):
+        train("finetune", tmp_path / "out", init=old, lock=False)
+    assert not (tmp_path / "out").exists()
+    Generator(M.DEFAULT_DIR)  # today's is accepted

@@ -321,9 +321,8 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
                         f"{time.time() - start:.0f} s")
             if is_current(rec):
                 out, kind = rec, "already_current"
-            elif rec.get("sentence", "").split(" ", 3)[:3] in (V2_VERSIONS, V3_VERSIONS):
-                v = "v2" if rec["sentence"].startswith(V2_VERSIONS[0] + " ") else "v3"
-                out, kind = _upgraded_tiles(rec), f"upgraded_{v}"
+            elif (versions := rec.get("sentence", "").split(" ", 3)[:3]) in (V2_VERSIONS, V3_VERSIONS):
+                out, kind = _upgraded_tiles(rec), "upgraded_v2" if versions == V2_VERSIONS else "upgraded_v3"
                 h = rec["task"]["hash"]  # keys stay: the .done lines map to themselves
                 hashes.setdefault((h, rec["target"], rec.get("machine")), set()).add(h)
             elif task in deferred_tasks:

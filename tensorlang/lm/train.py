@@ -81,6 +81,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     `validation_curve`), not only at the end -- how many epochs a recipe wants."""
     if stage not in ("pretrain", "finetune"):
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
+    if init is not None:  # before the corpus is built: a refused checkpoint costs nothing
+        M.check_sentences(M.read_card(init), init)
     import torch
     from transformers import TrainingArguments, set_seed
     from transformers.trainer_utils import get_last_checkpoint
@@ -113,7 +115,6 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     card: dict = {}
     if init is not None:
         model, card = M.load(init)
-        M.check_sentences(card, init)
         model.train()
         size = card.get("size", f"{model.config.n_layer}x{model.config.n_embd}")
     else:

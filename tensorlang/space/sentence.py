@@ -1269,13 +1269,13 @@ class NextTokens:
         if assumed is None:
             return
         del self._assumed[k]
-        if (assumed.domain, site_values(self.space, assumed)) != (point.domain, site_values(self.space, point)):
+        said, real = site_values(self.space, assumed), site_values(self.space, point)
+        if (assumed.domain, said) != (point.domain, real):
             # Answered wrongly (remember_sites above has told the facts, which stop answering). When the
             # site already written is one of the replay's, with the same words, the sentence is still
             # exact and the schedule legal: only that decision's offered sites were off.
             made = self.decisions[k] if k < len(self.decisions) else None
-            said = dict((v, t) for t, v in site_values(self.space, assumed))
-            real = dict((v, t) for t, v in site_values(self.space, point))
+            said, real = {v: t for t, v in said}, {v: t for t, v in real}
             if made is None or made not in real or said.get(made) != real[made]:
                 raise SentenceError(f"compute-at decision {k} of sketch {self.sketch}: the sites answered by "
                                     f"its shape {assumed.domain} differ from the replay's {point.domain}")
