@@ -114,3 +114,35 @@ def test_rendered_schedule_is_located_in_the_space():
             sched = d.model.schedules[-1]
             res = api.check_schedule(d, sched)
             assert api.space_membership(d, sched, res.applied) == []
+
+
+MEAN = "data/workloads/efficientnet-b0/mean.tsched"
+# The statements of a point of MEAN's space (the model's one-pass schedule, as the trace gave them):
+# RewriteParallelVectorizeUnroll marks the fused loop twice, the second time through a fuse of one loop.
+MEAN_RAW = """schedule mean on llvm {
+    compute_at(lv10_red, T_divide.ax1, preserve_unit_loops=True)
+    ax0, ax1, ax0_2, ax1_2, ax2, ax3, ax4, ax5 = get_loops(lv10_red)
+    ax0_ax1_fused = fuse(ax0, ax1)
+    parallel(ax0_ax1_fused)
+    ax0_ax1_fused_fused = fuse(ax0_ax1_fused)
+    parallel(ax0_ax1_fused_fused)
+    lv10_red_init = decompose_reduction(lv10_red, ax4)
+}
+"""
+
+
+def test_a_loop_marked_twice_through_an_identity_fuse_is_marked_once():
+    import tvm_ffi
+
+    from tensorlang import api
+    from tensorlang.space.render import render_schedule
+    doc = _doc(MEAN)
+    mod_raw, raw = _applied(doc, "mean", "llvm", MEAN_RAW)
+    text = render_schedule("mean", "llvm", raw.stmts)
+    mod_new, sched = _applied(doc, "mean", "llvm", text)
+    assert tvm_ffi.structural_equal(mod_new, mod_raw), text
+    assert [s.prim for s in sched.stmts] == ["compute_at", "get_loops", "fuse", "parallel", "decompose_reduction"]
+    assert "outer = fuse(ax0, ax1)\n    parallel(outer)\n" in text
+    d = api.load_text(doc.text + "\n" + text, doc.path)
+    res = api.check_schedule(d, d.model.schedules[-1])
+    assert api.space_membership(d, d.model.schedules[-1], res.applied) == []

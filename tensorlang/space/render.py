@@ -56,8 +56,11 @@ def _plain_args(stmt: A.SchedStmt) -> list:
 
 # ------------------------------------------------------------------ passes
 def drop_identity_fuses(stmts: list[A.SchedStmt]) -> list[A.SchedStmt]:
-    """`x = fuse(y)` fuses nothing: drop it and write `y` wherever `x` was used."""
+    """`x = fuse(y)` fuses nothing: drop it and write `y` wherever `x` was used. A `parallel(x)` (or
+    vectorize, unroll) of a loop already so marked then repeats one (RewriteParallelVectorizeUnroll
+    marks a loop twice when a stage computed at it is fused in between): drop the repeat too."""
     alias: dict[str, A.Ref] = {}
+    marked: set[tuple] = set()  # (prim, loop name parts) of the loops marked so far
     out = []
     for s in stmts:
         s = replace(s, args=tuple(_rename_arg(a, alias) for a in s.args))
@@ -65,8 +68,13 @@ def drop_identity_fuses(stmts: list[A.SchedStmt]) -> list[A.SchedStmt]:
         if s.prim == "fuse" and len(s.targets) == 1 and len(plain) == 1 and isinstance(plain[0], A.Ref):
             alias[s.targets[0].name] = plain[0]
             continue
+        if s.prim in ("parallel", "vectorize", "unroll") and isinstance(plain[0], A.Ref):
+            if (s.prim, plain[0].parts) in marked:
+                continue
+            marked.add((s.prim, plain[0].parts))
         for t in s.targets:  # a name bound again is a new loop
             alias.pop(t.name, None)
+            marked = {m for m in marked if m[1][0] != t.name}
         out.append(s)
     return out
 
