@@ -279,11 +279,19 @@ def candidate_sites(inline: bool, kinds, units, legal: Callable[[int], bool]) ->
     return tuple(out)
 
 
+def _extent(loop):
+    """A loop's extent as an int (None when symbolic)."""
+    value = getattr(loop.extent, "value", None)
+    return int(value) if value is not None else None
+
+
 def loop_sources(loops, tile_loops: list, original: frozenset) -> tuple | None:
     """Per loop of `loops` (a block's loops at a point of a replay), where its extent comes from:
     ("tile", k, part) -- factor `part` of decision k, which tiled the loop named `tile_loops[k]` (TVM names
     a split's loops `<name>_<part>`); ("static",) -- the same whatever the decisions so far are (a loop
-    of the unscheduled function). None when some loop is neither (a fusion, a cache stage's loop)."""
+    of the unscheduled function: its name and extent are in `original`). None when some loop is neither (a
+    fusion, a cache stage's loop, rfactor's loop over the partial results: TVM names it `ax0` like other
+    blocks' loops, but its extent is a tile factor)."""
     out = []
     for loop in loops:
         name = loop.loop_var.name
@@ -293,7 +301,7 @@ def loop_sources(loops, tile_loops: list, original: frozenset) -> tuple | None:
             if base and name.startswith(base + "_") and name[len(base) + 1:].isdigit():
                 src = ("tile", k, int(name[len(base) + 1:]))
                 break
-        if src is None and name in original:
+        if src is None and (name, _extent(loop)) in original:
             src = ("static",)
         if src is None:
             return None
@@ -475,11 +483,13 @@ class Space:
 
     @cached_property
     def _original_loops(self) -> frozenset:
-        """The loop variables' names of the unscheduled function (a loop a primitive made has a new one)."""
+        """(name, extent) of the unscheduled function's loops (a loop a primitive made has a new name, or
+        one of another block's names with another extent)."""
         from tvm import tirx
 
         from tensorlang.lower import tir
-        return frozenset(n.loop_var.name for n, _ in tir.walk(self.mod["main"].body) if isinstance(n, tirx.For))
+        return frozenset((n.loop_var.name, _extent(n)) for n, _ in tir.walk(self.mod["main"].body)
+                         if isinstance(n, tirx.For))
 
     @staticmethod
     def location_rule(sch, block, probe_all: bool = False) -> tuple["SiteRule", tuple[int, ...]]:
