@@ -594,6 +594,25 @@ def test_iterate_measures_the_models_candidates_then_finetunes(tiny, corpus, tmp
     assert I.iterate(1, tiny[0] / "fine", tmp_path / "it", **opts) == hist and len(list(read(measured))) == 4
 
 
+def test_train_iterate_gives_each_round_the_finetune_options(monkeypatch, tmp_path):
+    """`train --iterate R --best-only --best-top 4 --lr ...`: each round fine-tunes with the options a
+    `--stage finetune` would take (the shipped recipe is best-only), not the defaults."""
+    import argparse
+
+    from tensorlang.lm import iterate as I
+    from tensorlang.lm import train as T
+    seen = {}
+    monkeypatch.setattr(I, "iterate", lambda rounds, init, out, **kw: seen.update(kw, rounds=rounds))
+    p = argparse.ArgumentParser()
+    T.add_arguments(p)
+    args = p.parse_args(["--iterate", "2", "--init", "m", "-o", str(tmp_path), "--best-only", "--best-top", "4",
+                         "--lr", "3e-4", "--epochs", "3", "--eval-steps", "60", "--host-cpu", "znver4"])
+    assert T.main_train(args) == 0
+    assert seen["rounds"] == 2 and seen["epochs"] == 3
+    assert (seen["best_only"], seen["best_top"], seen["lr"], seen["eval_steps"], seen["host_cpus"]) == \
+        (True, 4, 3e-4, 60, ["znver4"])
+
+
 def test_generate_writes_a_metaschedule_database_tvm_compiles(tiny, tmp_path, monkeypatch):
     """`generate --ms-database DIR`: TVM's own compile_tir reads the database and builds the same TensorIR as
     the schedule written into the file; a GPU target is refused (a record needs a measured latency)."""

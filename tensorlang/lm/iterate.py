@@ -1,14 +1,17 @@
 """`tensorlang train --iterate R`: rounds of generate -> measure -> fine-tune, near the good schedules.
 
-    tensorlang train --iterate 2 --init runs/r2/finetune -o runs/r2/iterate --collect-minutes 20 --minutes 8
+    tensorlang train --iterate 2 --init runs/r2/finetune -o runs/r2/iterate --collect-minutes 20 --minutes 8 \
+        [--best-only --best-top 4 --epochs 3 --lr 3e-4]
 
 Per round r (1..R), starting from the model `--init`:
 1. collect: the current model's `--samples` distinct candidates per training task (its one-pass one first), measured
    with the bench harness into the measured dataset (data/measured/llvm by default), the tasks with the
    fewest records on this machine first (so that a budgeted round moves on to the tasks the last ones did
    not reach). Held-out tasks are left out altogether; records already there are skipped by key.
-2. fine-tune the current model on every correct measured record (quality-conditioned, as `--stage
-   finetune`) -> OUT/round-<r>, the next round's model.
+2. fine-tune the current model on the measured records, as `--stage finetune` with the same options would
+   (quality-conditioned on every correct record; with `--best-only --best-top K`, the shipped recipe, on the
+   K fastest of each task, which the round's candidates join where they are among them) -> OUT/round-<r>, the
+   next round's model.
 3. log the round: the validation loss, and how good the round's measured candidates were -- the geometric
    mean over tasks of (the one-pass candidate's latency / best known latency for the task before the round;
    `greedy_over_best_known`, named when the one pass was always greedy) and the same for the best of the

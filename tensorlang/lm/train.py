@@ -219,7 +219,11 @@ def main_train(args) -> int:
             iterate(args.iterate, args.init, args.output, tasks=args.tasks or DEFAULT_TASKS, target=args.target,
                     measured_out=args.collect_into, samples=args.samples, collect_minutes=args.collect_minutes,
                     minutes=args.minutes, epochs=args.epochs if args.epochs is not None else 2.0, seed=args.seed,
-                    measured_dirs=args.measured or D.DEFAULT_MEASURED, log=lambda *a, **k: print(*a, **k))
+                    measured_dirs=args.measured or D.DEFAULT_MEASURED, log=lambda *a, **k: print(*a, **k),
+                    # each round's fine-tune takes the options a `--stage finetune` would
+                    batch_size=args.batch_size, lr=args.lr, split_path=args.split, dtype=args.dtype,
+                    best_only=args.best_only, best_within=args.best_within, best_top=args.best_top,
+                    host_cpus=args.host_cpu, eval_steps=args.eval_steps)
         except (HeldOutRefused, ValueError) as e:
             print(f"tensorlang train: error: {e}", file=sys.stderr)
             return 2
