@@ -1,7 +1,7 @@
 """The tensor language model against search, heuristics and PyTorch, on held-out and in-distribution tasks.
 
     .venv/bin/python benchmarks/tlm.py [--set heldout] [--set indist] [--model DIR] [--ablation DIR]
-                                       [--trials 64] [--repeat 5] [--skip-ms]
+                                       [--ablation-cached tlm-quality] [--trials 64] [--repeat 5] [--skip-ms]
 
 Tasks (all on this CPU, target llvm = the host):
 - heldout: 22 tasks of the two held-out models (data/split.json: EfficientNet-B0, the LLaMA-7B layer) --
@@ -17,7 +17,9 @@ Policies per task:
   measured with the harness, the fastest kept (its schedule time includes that);
 - the ablation (`--ablation DIR`), the other fine-tuning recipe from the same pre-training: `tlm-best-only`
   (the best record per task alone, OSDI'24) or `tlm-quality` (every record, prefixed by its quality token),
-  named from its model card;
+  named from its model card; `--ablation-cached tlm-quality` re-times the ablation's schedules cached by an
+  earlier run (the cache names its model) when its checkpoint is not at hand -- its schedules do not depend
+  on the model benchmarked;
 - `tlm-untrained`: a randomly initialised model of the same size with the same decoder -- the floor a
   trained model must clear;
 - `random` (a uniform sample of the space), `roller`, `default` (TVM without search);
@@ -371,7 +373,9 @@ def plot(report: dict, path: Path) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except Exception:
+    except ImportError:  # said, not skipped in silence: a PNG left from an earlier run would disagree
+        print(f"tlm-bench: no plot ({path} not written): matplotlib is missing: pip install -e '.[bench]'",
+              file=sys.stderr)
         return
     sets = [s for s in report["sets"] if report["sets"][s]["rows"]]
     fig, axes = plt.subplots(1, len(sets) + 1, figsize=(6 * (len(sets) + 1), 4.5))
@@ -417,6 +421,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", choices=("heldout", "indist"))
     ap.add_argument("--model", help="the model (default: the shipped checkpoint)")
     ap.add_argument("--ablation", help="a model of the same pre-training fine-tuned by the other recipe")
+    ap.add_argument("--ablation-cached", choices=("tlm-quality", "tlm-best-only"),
+                    help="measure this ablation from its schedules in the cache (its checkpoint is not here; the "
+                         "cache's model|POLICY entry names the model): re-timed side by side, not generated again")
     ap.add_argument("--trials", type=int, action="append", help="MetaSchedule trials (default 64)")
     ap.add_argument("--skip-ms", action="store_true", help="no MetaSchedule (e.g. a quick run)")
     ap.add_argument("--ms-sets", default="heldout", help="the task sets MetaSchedule runs on (comma-separated; "
@@ -462,8 +469,12 @@ def main(argv=None) -> int:
         gens[ablation] = g
     for g in gens.values():  # every model decodes as the one benchmarked does: the ratios compare weights
         g.num_beams = gens["tlm"].num_beams
+    cached_only = set()
+    if args.ablation_cached and not ablation:
+        ablation = args.ablation_cached
+        cached_only.add(ablation)
     trials = args.trials or [64]
-    policies = (["tlm", "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens]
+    policies = (["tlm", "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens or p in cached_only]
                 + ["random", "roller", "default"] + ([] if args.skip_ms else [f"metaschedule:{n}" for n in trials])
                 + ["torch"])
     cache = Cache(Path(args.cache))
@@ -475,7 +486,9 @@ def main(argv=None) -> int:
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "model": decoding(gens["tlm"]), "model_dir": str(model_dir),
-              "ablation": {ablation: gens[ablation].name} if ablation else None,
+              "ablation": ({ablation: f"{cache.get(f'model|{ablation}')} (its schedules cached in an earlier run, "
+                                       f"re-timed here)"} if ablation in cached_only else
+                           {ablation: gens[ablation].name} if ablation else None),
               "imports_s": {"torch": round(import_torch_s, 2), "transformers": round(import_transformers_s, 2),
                             "tvm": round(import_tvm_s, 2)},
               "model_load_s": {k: round(v, 3) for k, v in load.items()}, "policies": policies, "sets": {}}
@@ -483,7 +496,7 @@ def main(argv=None) -> int:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
         say(f"{s}: {len(tasks)} tasks; phase 1 (schedules, cached in {os.path.relpath(args.cache, ROOT)})")
         ms_tasks = set(map(tuple, spread(tasks, args.ms_tasks))) if s in args.ms_sets.split(",") else set()
-        generate_all(tasks, [p for p in policies if p != "torch"], cache, gens, say,
+        generate_all(tasks, [p for p in policies if p != "torch" and p not in cached_only], cache, gens, say,
                      ms_tasks=ms_tasks)
     for s in sets:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]

@@ -590,6 +590,7 @@ def test_iterate_measures_the_models_candidates_then_finetunes(tiny, corpus, tmp
     assert h["validation_loss"] is None or h["validation_loss"] > 0
     card = M.read_card(tmp_path / "it" / "round-1")
     assert [s["stage"] for s in card["stages"]] == ["pretrain", "finetune", "finetune"]
+    assert card["stages"][-1]["init"] == name and "benchmark" not in card and "selection" not in card
     assert json.loads((tmp_path / "it" / "iterate.json").read_text()) == hist
     assert I.iterate(1, tiny[0] / "fine", tmp_path / "it", **opts) == hist and len(list(read(measured))) == 4
 

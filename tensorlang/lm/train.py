@@ -188,6 +188,14 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
                                                      f"tasks' unmeasured samples; no measurement of them)")
     # every stage run is kept, in order: pre-training continued from a checkpoint, fine-tuning rounds
     stages = list(card.get("stages", [])) + [entry]
+    if init is not None:
+        # the checkpoint started from: its figures (benchmark, selection) described it, not this one
+        entry["init"] = M.version(card) if card else str(init)
+        for k in ("benchmark", "selection"):
+            card.pop(k, None)
+        if card.get("summary"):
+            card["summary"] = (f"{card['summary']} Then {stage} from {entry['init']}: {entry.get('train_examples', 0):,} "
+                               f"examples of {entry.get('train_tasks', 0)} tasks, {epochs} epochs, lr {lr}.")
     from tensorlang.machine import host
     from tensorlang.space import sentence as S
     conditioned = any(s["stage"] == "finetune" and not s.get("best_only") for s in stages)
