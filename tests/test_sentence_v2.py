@@ -507,7 +507,7 @@ def test_a_compute_at_answered_from_facts_that_do_not_hold_stays_exact(monkeypat
 
     def by_name(loops, tile_loops, original):
         names = {n for n, _ in original}
-        return real(loops, tile_loops, original | {(x.loop_var.name, space_module._extent(x)) for x in loops
+        return real(loops, tile_loops, original | {(x.loop_var.name, space_module._int(x.extent)) for x in loops
                                                    if x.loop_var.name in names})
     monkeypatch.setattr(space_module, "loop_sources", by_name)
     wrong = _decode_twice_after(_FIRST, _SECOND, monkeypatch)

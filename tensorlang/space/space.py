@@ -279,12 +279,6 @@ def candidate_sites(inline: bool, kinds, units, legal: Callable[[int], bool]) ->
     return tuple(out)
 
 
-def _extent(loop):
-    """A loop's extent as an int (None when symbolic)."""
-    value = getattr(loop.extent, "value", None)
-    return int(value) if value is not None else None
-
-
 def loop_sources(loops, tile_loops: list, original: frozenset) -> tuple | None:
     """Per loop of `loops` (a block's loops at a point of a replay), where its extent comes from:
     ("tile", k, part) -- factor `part` of decision k, which tiled the loop named `tile_loops[k]` (TVM names
@@ -301,7 +295,7 @@ def loop_sources(loops, tile_loops: list, original: frozenset) -> tuple | None:
             if base and name.startswith(base + "_") and name[len(base) + 1:].isdigit():
                 src = ("tile", k, int(name[len(base) + 1:]))
                 break
-        if src is None and (name, _extent(loop)) in original:
+        if src is None and (name, _int(loop.extent)) in original:
             src = ("static",)
         if src is None:
             return None
@@ -488,7 +482,7 @@ class Space:
         from tvm import tirx
 
         from tensorlang.lower import tir
-        return frozenset((n.loop_var.name, _extent(n)) for n, _ in tir.walk(self.mod["main"].body)
+        return frozenset((n.loop_var.name, _int(n.extent)) for n, _ in tir.walk(self.mod["main"].body)
                          if isinstance(n, tirx.For))
 
     @staticmethod
