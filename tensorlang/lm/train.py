@@ -213,6 +213,15 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     return entry
 
 
+def _stage_options(args) -> dict:
+    """The options a stage's train() takes from the command line -- the same for `--stage` and for each
+    round of `--iterate`."""
+    return dict(seed=args.seed, batch_size=args.batch_size, lr=args.lr, split_path=args.split, dtype=args.dtype,
+                measured_dirs=args.measured or D.DEFAULT_MEASURED, best_only=args.best_only,
+                best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu,
+                eval_steps=args.eval_steps, log=lambda *a, **k: print(*a, **k))
+
+
 def main_train(args) -> int:
     from tensorlang.lm.data import HeldOutRefused
     if (args.stage is None) == (args.iterate is None):
@@ -226,24 +235,17 @@ def main_train(args) -> int:
         try:
             iterate(args.iterate, args.init, args.output, tasks=args.tasks or DEFAULT_TASKS, target=args.target,
                     measured_out=args.collect_into, samples=args.samples, collect_minutes=args.collect_minutes,
-                    minutes=args.minutes, epochs=args.epochs if args.epochs is not None else 2.0, seed=args.seed,
-                    measured_dirs=args.measured or D.DEFAULT_MEASURED, log=lambda *a, **k: print(*a, **k),
-                    # each round's fine-tune takes the options a `--stage finetune` would
-                    batch_size=args.batch_size, lr=args.lr, split_path=args.split, dtype=args.dtype,
-                    best_only=args.best_only, best_within=args.best_within, best_top=args.best_top,
-                    host_cpus=args.host_cpu, eval_steps=args.eval_steps)
+                    minutes=args.minutes, epochs=args.epochs if args.epochs is not None else 2.0,
+                    **_stage_options(args))
         except (HeldOutRefused, ValueError) as e:
             print(f"tensorlang train: error: {e}", file=sys.stderr)
             return 2
         return 0
     try:
         train(args.stage, args.output, size=args.size, init=args.init, max_tokens=args.max_tokens,
-              minutes=args.minutes, resume=args.resume, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-              epochs=args.epochs, pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN,
-              measured_dirs=args.measured or D.DEFAULT_MEASURED, split_path=args.split,
-              exclude_heldout_pretrain=args.exclude_heldout, dtype=args.dtype, best_only=args.best_only,
-              best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu, eval_steps=args.eval_steps,
-              log=lambda *a, **k: print(*a, **k))
+              minutes=args.minutes, resume=args.resume, epochs=args.epochs,
+              pretrain_dirs=args.pretrain or D.DEFAULT_PRETRAIN, exclude_heldout_pretrain=args.exclude_heldout,
+              **_stage_options(args))
     except HeldOutRefused as e:
         print(f"tensorlang train: error: {e}", file=sys.stderr)
         return 1
