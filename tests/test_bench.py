@@ -109,6 +109,15 @@ def test_policies_are_correct_and_timed(harness):
     assert len({r.worker["runner_pid"] for r in results[:4]}) == 1
 
 
+def test_builders_and_tvm_runners_start_without_pytorch(harness):
+    """tvm_ffi imports PyTorch wherever it is installed (1.2-1.7 s and 200 MB a process); the processes that
+    build and time TVM kernels never use it, and start without it."""
+    from tensorlang.bench import worker as W
+    harness.prestart()
+    assert harness.builds().submit(W.ready).result(timeout=180)["torch"] is False
+    assert harness.kernels.info("tvm")["torch"] is False
+
+
 def test_crash_and_hang_are_isolated_and_the_pool_recovers(harness, tmp_path):
     import tvm
     segfault, forever = bad_kernels()

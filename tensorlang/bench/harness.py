@@ -243,6 +243,16 @@ class Harness:
             self._builds = P.build_pool(self.jobs)
         return self._builds
 
+    def prestart(self) -> None:
+        """Start the build workers and the TVM kernels' runner now, not at the first measurement: their
+        imports (TVM, 1.5-2.5 s each) then overlap what the caller does first (a collector loads a task,
+        builds its space and samples it)."""
+        pool = self.builds()
+        for _ in range(self.jobs):  # a process pool starts a worker per job submitted, up to its size
+            pool.submit(P.W.ready)
+        if self.rpc is None:
+            self.kernels.prestart("tvm")
+
     # --------------------------------------------------------------- measure
     def measure(self, candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
                 min_repeat_ms: float = 100, verify: bool = True, seed: int = 0, build_timeout_s: float = 300.0,

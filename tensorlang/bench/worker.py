@@ -13,11 +13,22 @@ import sys
 import time
 import traceback
 
+
+def keep_torch_out() -> None:
+    """Mark PyTorch absent in this process, before TVM is imported. tvm_ffi imports PyTorch whenever it is
+    installed (for DLPack interop): 1.2-1.7 s of every builder's and runner's start, on a machine whose
+    2 cores the other workers are starting on too, and an OpenMP thread pool beside the TVM kernels a
+    runner times. Builders and TVM-kernel runners never use it; tvm_ffi catches the ImportError."""
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None
+
+
 # ------------------------------------------------------------------ builds
 
 
 def build_init():
     """ProcessPoolExecutor initializer: pay the imports once per worker, not in the first build's time."""
+    keep_torch_out()
     import tvm  # noqa: F401
 
     import tensorlang.lower.build  # noqa: F401
@@ -80,6 +91,15 @@ def _compile(mod, target_model, path: str, out: dict) -> bool:
         return False
     out["compile_s"] = time.perf_counter() - t1
     return True
+
+
+def ready() -> dict:
+    """A no-op job: submitted once per worker, it starts the pool's processes (and their imports) early."""
+    return {"pid": os.getpid(), "torch": _has_torch()}
+
+
+def _has_torch() -> bool:
+    return sys.modules.get("torch") is not None  # keep_torch_out leaves a None there
 
 
 def build_job(job: dict) -> dict:
@@ -277,6 +297,8 @@ def runner_main(conn, threads: int | None, log_path: str | None, preload: tuple 
         for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(threads)
     import importlib
+    if "tvm" in preload:  # a TVM kernels' runner: PyTorch's kernels have a runner of their own
+        keep_torch_out()
     for name in ("numpy",) + tuple(preload):
         importlib.import_module(name)
     kernels: dict = {}
@@ -295,7 +317,7 @@ def runner_main(conn, threads: int | None, log_path: str | None, preload: tuple 
                     k = _TvmKernel(spec)
                 else:
                     k = _PythonKernel(spec["factory"], spec.get("kwargs"), spec["inputs"], spec["outputs"])
-                    if threads and "torch" in sys.modules:  # the same thread count as the TVM kernels
+                    if threads and _has_torch():  # the same thread count as the TVM kernels
                         sys.modules["torch"].set_num_threads(threads)
                 load_s = time.perf_counter() - t0
                 outputs = k.run() if spec.get("run", True) else None
@@ -313,7 +335,7 @@ def runner_main(conn, threads: int | None, log_path: str | None, preload: tuple 
                 conn.send(("ok", None))
             elif kind == "info":
                 conn.send(("ok", {"pid": os.getpid(), "tensor_intrin": "tvm.s_tir.tensor_intrin" in sys.modules,
-                                  "loaded": sorted(kernels), "torch": "torch" in sys.modules}))
+                                  "loaded": sorted(kernels), "torch": _has_torch()}))
             else:
                 conn.send(("error", f"unknown request {kind!r}"))
         except Exception as e:

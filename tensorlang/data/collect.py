@@ -248,6 +248,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     written = skipped = 0
     log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
     with Harness(rpc=rpc) as harness:
+        if tasks:
+            harness.prestart()
         for n, task in enumerate(tasks):
             if deadline and time.time() > deadline:
                 break
