@@ -265,6 +265,67 @@ def test_eager_decoding_gives_the_same_legal_sets(softmax):
         assert lazy.finish().decisions == eager.finish().decisions == p.decisions
 
 
+def test_an_eager_replay_gets_a_decision_at_the_token_that_fixes_it(softmax):
+    """A tile's outermost factor and its `= <what is left>` are forced: the replay is handed the tile at the
+    free token that fixed it (a decoder then runs the replay during that token's model step), once, and the
+    schedule is the one written."""
+    points, _ = softmax.sample(6, seed=3)
+    early = 0
+    for p in points:
+        nt = S.NextTokens(Space(softmax.op, softmax.mod, softmax.target), eager=True)
+        for tok in S.split(S.encode(softmax, p))[1]:
+            free = len(nt.allowed()) > 1
+            made = len(nt.decisions)
+            nt.push(tok)
+            if nt._replay is not None and free and len(nt.decisions) == made and nt._phase == "CHOOSE":
+                if nt._choice.determined() is not S.OPEN:
+                    assert nt._replay.fed == made + 1  # fed before its last tokens
+                    early += 1
+            if nt._replay is not None:
+                assert nt._replay.fed <= len(nt.decisions) + 1
+        assert nt.finish().decisions == p.decisions
+        nt.close()
+    assert early > 0
+
+
+def test_covering_prefixes_make_every_tile_part_run():
+    from tensorlang.space.space import factorizations
+    domains = [tuple(factorizations(3, 2, 64)), (7,), tuple(factorizations(56, 4, 64)), tuple(factorizations(1, 4, 64))]
+    prefixes = S._covering(domains)
+    assert 2 <= len(prefixes) <= 3  # a prime extent's two parts cannot both exceed 1 in one tile
+    for j in (0, 2):
+        parts = len(domains[j][0])
+        assert all(any(pre[j][m] > 1 for pre in prefixes) for m in range(parts)), (j, prefixes)
+    assert all(pre[1] == 7 and pre[3] == (1, 1, 1, 1) and all(pre[j] in domains[j] for j in (0, 2))
+               for pre in prefixes)
+
+
+def test_an_eager_decoder_finds_a_conv2ds_first_sites_derived(monkeypatch):
+    """Choosing a sketch starts the widening of its first compute-at decision (only tiles and an unroll
+    before it): when the decoder gets there its sites are derived from what the widening saw, not
+    replayed -- and finish() checks them against the full replay."""
+    doc = api.load(ROOT / "examples" / "conv2d.tsched")
+    tgt = api.resolve_target(doc, "cpu")
+    space = Space(doc.model.ops["conv2d"], doc.primfunc("conv2d"), tgt)
+    points, _ = space.sample(3, seed=0)
+    answered = []
+    real = S.derived_point
+    monkeypatch.setattr(S, "derived_point", lambda *a: (lambda r: answered.append(r is not None) or r)(real(*a)))
+    for p in points:
+        dec = Space(doc.model.ops["conv2d"], doc.primfunc("conv2d"), tgt)
+        nt = S.NextTokens(dec, eager=True)
+        tokens = S.split(S.encode(space, p))[1]
+        nt.push(tokens[0]), nt.push(tokens[1]), nt.push(tokens[2])  # SKETCH <k> DECISIONS
+        assert nt.sketch == p.sketch
+        S._info(dec)["widener"].jobs.join()  # a decoder's model steps for the tiles give it this time
+        answered.clear()
+        for tok in tokens[3:]:
+            nt.push(tok)
+        assert answered == [True]  # the compute-at decision, asked once, answered
+        assert nt.finish().decisions == p.decisions
+        nt.close()
+
+
 def test_compute_at_sites_answered_by_shape_agree_with_replays():
     """NextTokens answers a compute-at decision met before under the same shape key (earlier sites, unit
     tile factors) without a replay: on sampled points of operators with many compute-at decisions, the

@@ -43,6 +43,7 @@ import decimal
 import functools
 import math
 import queue
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, replace
@@ -852,7 +853,61 @@ def remember_sites(space: Space, sketch: int, decisions, point: DecisionPoint, w
             return
         info["sites"][key] = facts
     if widen and any(src[0] == "tile" and i not in facts.ran for i, src in enumerate(facts.point.sources)):
-        _Widener.of(space).put((sketch, tuple(decisions)))
+        _Widener.of(space).put((sketch, tuple(decisions), True))
+
+
+def warm_sites(space: Space, sketch: int, static: list) -> None:
+    """For an eager decoder that has just chosen a sketch: its first compute-at decision, when only tiles and
+    inert categoricals come before it (every prefix then has one coarse key), is replayed now in the
+    background with the widest tiles and every loop asked (remember_sites' widening), so that its sites
+    are derived when the decoder gets there. The first time, a conv2d's pad has ~10 loops to probe
+    (8-12 ms, two model steps); the tile decisions before it give the widening dozens of model steps."""
+    facts = _facts(space, sketch)
+    if LOCATION not in facts.kinds:
+        return
+    k = facts.kinds.index(LOCATION)
+    domains = []
+    for j in range(k):
+        point = static[j] if j < len(static) else None
+        if point is None:
+            return
+        if facts.kinds[j] == TILE:
+            domains.append(point.domain)
+        elif facts.categorical_heads.get(j) in _INERT:
+            domains.append((point.domain[0],))
+        else:  # a categorical that shapes loops: the decoder's value decides the key
+            return
+    prefixes = _covering(domains)
+    info = _info(space)
+    key = coarse_key(space, sketch, prefixes[0])
+    with info["lock"]:
+        warming = info.setdefault("warming", set())
+        if key in info["sites"] or key in warming:
+            return
+        warming.add(key)
+    for prefix in prefixes:
+        _Widener.of(space).put((sketch, prefix, False))
+
+
+def _covering(domains: list) -> list[tuple]:
+    """A few choices of every decision (one value of each domain per prefix) such that each part of each
+    tile that can exceed 1 does in at least one of them: the widest tile alone leaves a prime extent's
+    outer part (3 = 1 x 3) never running. A non-tile domain here holds the one value to take."""
+    need = {(j, m) for j, dom in enumerate(domains) for f in dom if isinstance(f, tuple)
+            for m, x in enumerate(f) if x > 1}
+    out = []
+    while need or not out:
+        prefix = []
+        for j, dom in enumerate(domains):
+            best = max(dom, key=lambda f: sum((j, m) in need for m, x in enumerate(f) if x > 1)
+                       if isinstance(f, tuple) else 0)
+            prefix.append(best)
+        covered = {(j, m) for j, f in enumerate(prefix) if isinstance(f, tuple) for m, x in enumerate(f) if x > 1}
+        if out and not covered & need:
+            break
+        need -= covered
+        out.append(tuple(prefix))
+    return out
 
 
 def derived_point(space: Space, sketch: int, decisions) -> DecisionPoint | None:
@@ -893,7 +948,7 @@ class _Widener:
     def _run(space_ref, jobs: queue.Queue) -> None:
         while True:
             try:
-                sketch, decisions = jobs.get(timeout=10)
+                sketch, decisions, widen = jobs.get(timeout=10)
             except queue.Empty:
                 return
             space = space_ref()
@@ -905,7 +960,7 @@ class _Widener:
                 if len(prefix) == k:
                     remember_sites(space, sketch, decisions, point, widen=False)
                     raise _Stopped()
-                if point.kind == TILE:
+                if point.kind == TILE and widen:
                     return _widest(point.domain)
                 if decisions[len(prefix)] not in point.domain:
                     raise _Stopped()
@@ -914,6 +969,8 @@ class _Widener:
                 space.replay(sketch, choose, convert=False, probe_all=True)
             except Exception:  # _Stopped, or the widened tiles made the schedule refuse an earlier value
                 pass
+            finally:
+                jobs.task_done()  # (jobs.join() waits for the widening asked so far)
             del space
 
 
@@ -1053,6 +1110,9 @@ def split(tokens: list[str]) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------- next tokens
+OPEN = object()  # a decision whose value the tokens written so far do not fix yet
+
+
 class _Choice:
     """Narrowing a set of token sequences, one token at a time (prefix-free: one completes)."""
 
@@ -1067,6 +1127,11 @@ class _Choice:
         self.pos += 1
         done = [v for s, v in self.seqs if len(s) == self.pos]
         return (True, done[0]) if done else (False, None)
+
+    def determined(self):
+        """The value, once the tokens so far leave one (what is left to write is forced); else OPEN."""
+        values = {v for _, v in self.seqs}
+        return next(iter(values)) if len(values) == 1 else OPEN
 
 
 class _TileChoice:
@@ -1107,6 +1172,10 @@ class _TileChoice:
             return True, tuple(reversed(self.factors))
         self.pending = ["="] + int_tokens(math.prod(self.cands[0][:k]))
         return False, None
+
+    def determined(self):
+        """The tile, once the factors so far leave one (the outermost factor and the `=` are forced); else OPEN."""
+        return tuple(self.cands[0]) if len(self.cands) == 1 and not self.num else OPEN
 
 
 class _Replay:
@@ -1160,6 +1229,18 @@ def mask_of(tokens):
     return m
 
 
+SWITCH_INTERVAL_S = 0.001
+
+
+def _short_switch_interval() -> None:
+    """An eager decoder's replays (and the widening of compute-at sites) run on threads of their own, and
+    TVM's calls keep the GIL: a decoder's thread back from a model step waits for it up to the
+    interpreter's switch interval, 5 ms by default -- as long as the step itself. Process-wide, and only
+    ever lowered: 1 ms took conv2d's free-decision p95 from 2.1 to under 1 ms (benchmarks/space_speed.py)."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
 class NextTokens:
     """The legal next tokens of the schedule part of a sentence, one token at a time.
 
@@ -1173,6 +1254,10 @@ class NextTokens:
     choice from here, to feed in one step), `fork()` (a copy at this prefix, for K samples or beams: it
     shares the space and its memo, and starts its own replay only if it needs one), `finish()` (the
     schedule, replayed in full and converted to statements) and `close()`.
+
+    `eager` (a decoder that runs a model step after each free token): the replay runs beside it, handed
+    each decision as soon as its tokens fix it (_feed_determined); choosing a sketch starts the widening
+    of its first compute-at decision (warm_sites); the interpreter's switch interval is lowered to 1 ms.
     """
 
     def __init__(self, space: Space, eager: bool = False):
@@ -1181,6 +1266,8 @@ class NextTokens:
         # runs while the caller does something else (a model's forward step) -- for a decoder. Not the
         # default: run beside back-to-back static steps it takes the GIL from them.
         self.eager = eager
+        if eager:
+            _short_switch_interval()
         self.tokens: list[str] = []
         self.sketch: int | None = None
         self.decisions: list = []
@@ -1210,8 +1297,22 @@ class NextTokens:
             self._finalizer = weakref.finalize(self, _Replay.stop, r.to_replay, r.thread)
         for value in self.decisions[r.fed:]:
             r.to_replay.put(value)
-        r.fed = len(self.decisions)
+        r.fed = max(r.fed, len(self.decisions))  # (one more when the decision being written was fed early)
         return r
+
+    def _feed_determined(self) -> None:
+        """Eager: a decision that the tokens written so far fix goes to the replay now, not at its last token.
+        Its last tokens are mostly forced (a tile's outermost factor and `= <what is left>`, a site's last
+        word), and a decoder writes forced tokens without a model step: fed at the free token that fixed
+        it, the replay computes the next decision's point during that token's model step instead of while
+        the decoder waits for it (softmax's compute-at sites waited 2-4 ms each)."""
+        r = self._replay
+        if r is None or r.fed != len(self.decisions):
+            return
+        value = self._choice.determined()
+        if value is not OPEN:
+            r.to_replay.put(value)
+            r.fed += 1
 
     def _drain(self, k: int) -> None:
         """Feed the replay and read its messages up to decision k (or its end)."""
@@ -1339,6 +1440,8 @@ class NextTokens:
             self._static = self.space.static_points(self.sketch)
             if self.eager and (None in self._static or not self.space.refusal_free(self.sketch)):
                 self._feed()
+            if self.eager:
+                warm_sites(self.space, self.sketch, self._static)
             self._advance()
         elif s == "HEAD":
             self._pos += 1
@@ -1347,6 +1450,8 @@ class NextTokens:
         elif s == "CHOOSE":
             complete, value = self._choice.push(tok)
             if not complete:
+                if self.eager and self._point is not None:
+                    self._feed_determined()
                 return
             if self._point is None:  # the sketch index
                 self.sketch, self._phase = value, "DECISIONS"
