@@ -301,9 +301,10 @@ def test_covering_prefixes_make_every_tile_part_run():
 
 
 def test_an_eager_decoder_finds_a_conv2ds_first_sites_derived(monkeypatch):
-    """Choosing a sketch starts the widening of its first compute-at decision (only tiles and an unroll
-    before it): when the decoder gets there its sites are derived from what the widening saw, not
-    replayed -- and finish() checks them against the full replay."""
+    """Choosing a sketch starts the background work for its decisions: the heads of its tiles, and the
+    widening of its first compute-at decision (only tiles and an unroll before it): when the decoder gets
+    there its sites are derived from what the widening saw, not replayed -- and finish() checks them
+    against the full replay."""
     doc = api.load(ROOT / "examples" / "conv2d.tsched")
     tgt = api.resolve_target(doc, "cpu")
     space = Space(doc.model.ops["conv2d"], doc.primfunc("conv2d"), tgt)
@@ -318,6 +319,8 @@ def test_an_eager_decoder_finds_a_conv2ds_first_sites_derived(monkeypatch):
         nt.push(tokens[0]), nt.push(tokens[1]), nt.push(tokens[2])  # SKETCH <k> DECISIONS
         assert nt.sketch == p.sketch
         S._info(dec)["widener"].jobs.join()  # a decoder's model steps for the tiles give it this time
+        tiles = [pt for pt in dec.static_points(p.sketch)[1:] if pt is not None and pt.kind == "tile"]
+        assert tiles and all("head" in pt.cache for pt in tiles)  # named before the decoder asks
         answered.clear()
         for tok in tokens[3:]:
             nt.push(tok)

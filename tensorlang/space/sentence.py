@@ -48,6 +48,7 @@ import threading
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import tvm_ffi  # noqa: F401  (cheap; TVM itself is imported by the space)
 
@@ -853,15 +854,23 @@ def remember_sites(space: Space, sketch: int, decisions, point: DecisionPoint, w
             return
         info["sites"][key] = facts
     if widen and any(src[0] == "tile" and i not in facts.ran for i, src in enumerate(facts.point.sources)):
-        _Widener.of(space).put((sketch, tuple(decisions), True))
+        _Widener.of(space).put(_widen(sketch, tuple(decisions), True))
 
 
-def warm_sites(space: Space, sketch: int, static: list) -> None:
-    """For an eager decoder that has just chosen a sketch: its first compute-at decision, when only tiles and
-    inert categoricals come before it (every prefix then has one coarse key), is replayed now in the
-    background with the widest tiles and every loop asked (remember_sites' widening), so that its sites
-    are derived when the decoder gets there. The first time, a conv2d's pad has ~10 loops to probe
-    (8-12 ms, two model steps); the tile decisions before it give the widening dozens of model steps."""
+def warm_sketch(space: Space, sketch: int, static: list) -> None:
+    """For an eager decoder that has just chosen a sketch, in the background (the decoder's model steps give it
+    the time): the heads of the sketch's static decisions (_heads), and its first compute-at decision --
+    when only tiles and inert categoricals come before it, so that every prefix has one coarse key --
+    replayed with tiles that make every loop run and every loop's legality asked (remember_sites'
+    widening), so that its sites are derived when the decoder gets there. The first time, a conv2d's pad
+    has ~20 loops to probe (8-12 ms, two model steps); the tile decisions before it give dozens."""
+    info = _info(space)
+    with info["lock"]:
+        warming = info.setdefault("warming", set())
+        heads = ("heads", sketch) not in warming
+        warming.add(("heads", sketch))
+    if heads:
+        _Widener.of(space).put(_heads(sketch, static))
     facts = _facts(space, sketch)
     if LOCATION not in facts.kinds:
         return
@@ -878,15 +887,13 @@ def warm_sites(space: Space, sketch: int, static: list) -> None:
         else:  # a categorical that shapes loops: the decoder's value decides the key
             return
     prefixes = _covering(domains)
-    info = _info(space)
     key = coarse_key(space, sketch, prefixes[0])
     with info["lock"]:
-        warming = info.setdefault("warming", set())
         if key in info["sites"] or key in warming:
             return
         warming.add(key)
     for prefix in prefixes:
-        _Widener.of(space).put((sketch, prefix, False))
+        _Widener.of(space).put(_widen(sketch, prefix, False))
 
 
 def _covering(domains: list) -> list[tuple]:
@@ -923,9 +930,10 @@ def _widest(domain) -> tuple:
 
 
 class _Widener:
-    """A space's background replays of compute-at decisions with the widest tiles (remember_sites). It
-    holds the space weakly and ends when the space is gone or nothing has been asked for a while (a job
-    put just as it ends is dropped: widening only saves later replays, it decides nothing)."""
+    """A space's background work for decoders: replays of compute-at decisions with the widest tiles
+    (remember_sites, warm_sketch) and the heads of a chosen sketch's decisions. A job is a function of the
+    space. It holds the space weakly and ends when the space is gone or nothing has been asked for a while
+    (a job put just as it ends is dropped: this work only saves later steps, it decides nothing)."""
 
     def __init__(self, space: Space):
         self.jobs: queue.Queue = queue.Queue()
@@ -941,37 +949,55 @@ class _Widener:
                 w = info["widener"] = _Widener(space)
             return w
 
-    def put(self, job) -> None:
+    def put(self, job: Callable[[Space], None]) -> None:
         self.jobs.put(job)
 
     @staticmethod
     def _run(space_ref, jobs: queue.Queue) -> None:
         while True:
             try:
-                sketch, decisions, widen = jobs.get(timeout=10)
+                job = jobs.get(timeout=10)
             except queue.Empty:
                 return
             space = space_ref()
             if space is None:
                 return
-            k = len(decisions)
-
-            def choose(point, prefix):
-                if len(prefix) == k:
-                    remember_sites(space, sketch, decisions, point, widen=False)
-                    raise _Stopped()
-                if point.kind == TILE and widen:
-                    return _widest(point.domain)
-                if decisions[len(prefix)] not in point.domain:
-                    raise _Stopped()
-                return decisions[len(prefix)]
             try:
-                space.replay(sketch, choose, convert=False, probe_all=True)
+                job(space)
             except Exception:  # _Stopped, or the widened tiles made the schedule refuse an earlier value
                 pass
             finally:
-                jobs.task_done()  # (jobs.join() waits for the widening asked so far)
+                jobs.task_done()  # (jobs.join() waits for the work asked so far)
             del space
+
+
+def _widen(sketch: int, decisions: tuple, widest: bool) -> Callable[[Space], None]:
+    """A job: replay the sketch up to the compute-at decision after `decisions`, every loop's legality
+    asked, and remember its sites; `widest`: each tile on the way its widest factorization instead."""
+    k = len(decisions)
+
+    def job(space: Space) -> None:
+        def choose(point, prefix):
+            if len(prefix) == k:
+                remember_sites(space, sketch, decisions, point, widen=False)
+                raise _Stopped()
+            if point.kind == TILE and widest:
+                return _widest(point.domain)
+            if decisions[len(prefix)] not in point.domain:
+                raise _Stopped()
+            return decisions[len(prefix)]
+        space.replay(sketch, choose, convert=False, probe_all=True)
+    return job
+
+
+def _heads(sketch: int, static: list) -> Callable[[Space], None]:
+    """A job: the heads of a sketch's static decisions after the first (a tile's names its loop by walking
+    the block's bindings: 0.2-1 ms each the first time), cached in their points before a decoder asks."""
+    def job(space: Space) -> None:
+        for k, point in enumerate(static):
+            if k and point is not None:
+                decision_head(space, sketch, k, point)
+    return job
 
 
 def categorical_values(point: DecisionPoint) -> list[tuple[tuple, int]]:
@@ -1256,8 +1282,8 @@ class NextTokens:
     schedule, replayed in full and converted to statements) and `close()`.
 
     `eager` (a decoder that runs a model step after each free token): the replay runs beside it, handed
-    each decision as soon as its tokens fix it (_feed_determined); choosing a sketch starts the widening
-    of its first compute-at decision (warm_sites); the interpreter's switch interval is lowered to 1 ms.
+    each decision as soon as its tokens fix it (_feed_determined); choosing a sketch starts the background
+    work for its decisions (warm_sketch); the interpreter's switch interval is lowered to 1 ms.
     """
 
     def __init__(self, space: Space, eager: bool = False):
@@ -1441,7 +1467,7 @@ class NextTokens:
             if self.eager and (None in self._static or not self.space.refusal_free(self.sketch)):
                 self._feed()
             if self.eager:
-                warm_sites(self.space, self.sketch, self._static)
+                warm_sketch(self.space, self.sketch, self._static)
             self._advance()
         elif s == "HEAD":
             self._pos += 1
