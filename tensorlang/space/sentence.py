@@ -991,7 +991,7 @@ def _widen(sketch: int, decisions: tuple, widest: bool) -> Callable[[Space], Non
 
 
 def _heads(sketch: int, static: list) -> Callable[[Space], None]:
-    """A job: the heads of a sketch's static decisions after the first (a tile's names its loop by walking
+    """A job: the heads of a sketch's static decisions after the first (a tile's head names its loop by walking
     the block's bindings: 0.2-1 ms each the first time), cached in their points before a decoder asks."""
     def job(space: Space) -> None:
         for k, point in enumerate(static):
@@ -1259,10 +1259,11 @@ SWITCH_INTERVAL_S = 0.001
 
 
 def _short_switch_interval() -> None:
-    """An eager decoder's replays (and the widening of compute-at sites) run on threads of their own, and
-    TVM's calls keep the GIL: a decoder's thread back from a model step waits for it up to the
+    """An eager decoder's replays (and the work warm_sketch starts) run on threads of their own and hold the
+    GIL between TVM's calls: a decoder's thread back from a model step waits for it up to the
     interpreter's switch interval, 5 ms by default -- as long as the step itself. Process-wide, and only
-    ever lowered: 1 ms took conv2d's free-decision p95 from 2.1 to under 1 ms (benchmarks/space_speed.py)."""
+    ever lowered: 1 ms took conv2d's paced free-decision p95 from 2.1 to 0.95 ms in one run here, with
+    the widening running beside the decoder (benchmarks/space_speed.py)."""
     if sys.getswitchinterval() > SWITCH_INTERVAL_S:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
