@@ -110,7 +110,7 @@ def test_policies_are_correct_and_timed(harness):
 
 
 def test_builders_and_tvm_runners_start_without_pytorch(harness):
-    """tvm_ffi imports PyTorch wherever it is installed (1.2-1.7 s and 200 MB a process); the processes that
+    """tvm_ffi imports PyTorch wherever it is installed (1.2-2.2 s and ~200 MB a process); the processes that
     build and time TVM kernels never use it, and start without it."""
     from tensorlang.bench import worker as W
     harness.prestart()

@@ -16,9 +16,9 @@ import traceback
 
 def keep_torch_out() -> None:
     """Mark PyTorch absent in this process, before TVM is imported. tvm_ffi imports PyTorch whenever it is
-    installed (for DLPack interop): 1.2-1.7 s of every builder's and runner's start, on a machine whose
-    2 cores the other workers are starting on too, and an OpenMP thread pool beside the TVM kernels a
-    runner times. Builders and TVM-kernel runners never use it; tvm_ffi catches the ImportError."""
+    installed (for DLPack interop): 1.2-2.2 s and ~200 MB of every builder's and runner's start, on a
+    machine whose 2 cores the other workers are starting on too, and an OpenMP thread pool beside the TVM
+    kernels a runner times. Builders and TVM-kernel runners never use it; tvm_ffi catches the ImportError."""
     if "torch" not in sys.modules:
         sys.modules["torch"] = None
 
