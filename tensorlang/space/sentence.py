@@ -865,12 +865,12 @@ def warm_sketch(space: Space, sketch: int, static: list) -> None:
     widening), so that its sites are derived when the decoder gets there. The first time, a conv2d's pad
     has ~20 loops to probe (8-12 ms, two model steps); the tile decisions before it give dozens."""
     info = _info(space)
-    with info["lock"]:
-        warming = info.setdefault("warming", set())
-        heads = ("heads", sketch) not in warming
-        warming.add(("heads", sketch))
-    if heads:
-        _Widener.of(space).put(_heads(sketch, static))
+    with info["lock"]:  # once per sketch: what follows is not for every sentence a decoder starts
+        warmed = info.setdefault("warmed", set())
+        if sketch in warmed:
+            return
+        warmed.add(sketch)
+    _Widener.of(space).put(_heads(sketch, static))
     facts = _facts(space, sketch)
     if LOCATION not in facts.kinds:
         return
@@ -887,11 +887,9 @@ def warm_sketch(space: Space, sketch: int, static: list) -> None:
         else:  # a categorical that shapes loops: the decoder's value decides the key
             return
     prefixes = _covering(domains)
-    key = coarse_key(space, sketch, prefixes[0])
     with info["lock"]:
-        if key in info["sites"] or key in warming:
+        if coarse_key(space, sketch, prefixes[0]) in info["sites"]:  # a replay has told them already
             return
-        warming.add(key)
     for prefix in prefixes:
         _Widener.of(space).put(_widen(sketch, prefix, False))
 
