@@ -13,8 +13,8 @@ Tasks (all on this CPU, target llvm = the host):
 
 Policies per task:
 - `tlm`: the model's constrained schedule in one pass, decoded as its checkpoint says (generation_config.json:
-  greedy, or beam search with `num_beams`); `tlm:8`: its 8 distinct candidates (that one + seeded samples)
-  measured with the harness, the fastest kept (its schedule time includes that);
+  greedy, or beam search with `num_beams`); `tlm:8`: its 8 distinct candidates (that one + seeded samples at
+  lm/generate.py's SAMPLE_TEMPERATURE) measured with the harness, the fastest kept (its schedule time includes that);
 - the ablation (`--ablation DIR`), the other fine-tuning recipe from the same pre-training: `tlm-best-only`
   (the best record per task alone, OSDI'24) or `tlm-quality` (every record, prefixed by its quality token),
   named from its model card; `--ablation-cached tlm-quality` re-times the ablation's schedules cached by an
@@ -153,9 +153,12 @@ def _kind(name: str) -> str:
 
 
 # ------------------------------------------------------------------ phase 1: schedules
-def decoding(gen) -> str:
-    """A model and how it decodes: what a cached schedule of it depends on."""
-    return gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
+def decoding(gen, sampled: bool = False) -> str:
+    """A model and how it decodes (`sampled`: and the temperature of its samples): what a cached schedule of it
+    depends on."""
+    from tensorlang.lm.generate import SAMPLE_TEMPERATURE
+    name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
+    return f"{name} T={SAMPLE_TEMPERATURE}" if sampled else name
 
 
 class Cache:
@@ -480,9 +483,9 @@ def main(argv=None) -> int:
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
     for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (ablation, gens.get(ablation))):
-        if g is not None and cache.get(f"model|{p}") != decoding(g):
+        if g is not None and cache.get(f"model|{p}") != decoding(g, sampled=p == "tlm:8"):
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
-            cache.put(f"model|{p}", decoding(g))
+            cache.put(f"model|{p}", decoding(g, sampled=p == "tlm:8"))
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "model": decoding(gens["tlm"]), "model_dir": str(model_dir),

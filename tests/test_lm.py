@@ -374,6 +374,8 @@ def test_samples_are_distinct_legal_and_seeded(tiny):
     assert a[0].tokens == gen.generate(space).tokens  # the greedy one first
     for o in a[1:]:
         _check_lowers(SRC, "mm", "cpu", o.point.stmts)
+    # the temperature reaches the sampler: near zero, every sample is the greedy schedule again (no second one)
+    assert len(gen.sample(space, 4, seed=7, temperature=1e-4)) == 1
 
 
 _CHILD = r"""
