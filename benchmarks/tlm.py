@@ -483,9 +483,10 @@ def main(argv=None) -> int:
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
     for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (ablation, gens.get(ablation))):
-        if g is not None and cache.get(f"model|{p}") != decoding(g, sampled=p == "tlm:8"):
+        made_by = decoding(g, sampled=p == "tlm:8") if g is not None else None
+        if made_by is not None and cache.get(f"model|{p}") != made_by:
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
-            cache.put(f"model|{p}", decoding(g, sampled=p == "tlm:8"))
+            cache.put(f"model|{p}", made_by)
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": describe(host().cores), "model": decoding(gens["tlm"]), "model_dir": str(model_dir),

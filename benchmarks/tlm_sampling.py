@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import shlex
 import sys
 import time
@@ -29,8 +28,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import tlm as bench  # noqa: E402  (benchmarks/tlm.py: the validation task set)
 
 
-def geomean(xs):
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+def _ratio(xs):
+    """benchmarks/tlm.py's geomean, rounded (nan where no task gave one)."""
+    g = bench.geomean(xs)
+    return round(g, 3) if g is not None else float("nan")
 
 
 def main(argv=None) -> int:
@@ -87,11 +88,11 @@ def main(argv=None) -> int:
         pairs = [(b, x) for b, x in pairs if b and x]
         mine = [r for r in rows if r["temperature"] == t]
         summary[str(t)] = {
-            "speedup_over_baseline": round(geomean([b / x for b, x in pairs]), 3),
+            "speedup_over_baseline": _ratio([b / x for b, x in pairs]),
             "wins": sum(x < b for b, x in pairs), "losses": sum(x > b for b, x in pairs), "tasks": len(pairs),
             "mean_candidates": round(sum(r["candidates"] for r in mine) / len(mine), 2),
-            "best_over_one_pass": round(geomean([r["one_pass_s"] / r["best_s"] for r in mine
-                                                 if r["best_s"] and r["one_pass_s"]]), 3)}
+            "best_over_one_pass": _ratio([r["one_pass_s"] / r["best_s"] for r in mine
+                                          if r["best_s"] and r["one_pass_s"]])}
     report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm_sampling.py"]
                                     + (argv if argv is not None else sys.argv[1:])),
               "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
