@@ -15,6 +15,7 @@ Policies per task:
 - `tlm`: the model's constrained schedule in one pass, decoded as its checkpoint says (generation_config.json:
   greedy, or beam search with `num_beams`); `tlm:8`: its 8 distinct candidates (that one + seeded samples at
   lm/generate.py's SAMPLE_TEMPERATURE) measured with the harness, the fastest kept (its schedule time includes that);
+  `tlm-ranked:16`: 16 such candidates ranked by the cost model (cost/), none measured;
 - the ablation (`--ablation DIR`), the other fine-tuning recipe from the same pre-training: `tlm-best-only`
   (the best record per task alone, OSDI'24) or `tlm-quality` (every record, prefixed by its quality token),
   named from its model card; `--ablation-cached tlm-quality` re-times the ablation's schedules cached by an
@@ -153,6 +154,17 @@ def _kind(name: str) -> str:
 
 
 # ------------------------------------------------------------------ phase 1: schedules
+RANKED = "tlm-ranked:16"
+
+
+def cost_model_name() -> str:
+    from tensorlang.cost.model import CostModel
+    try:
+        return CostModel.load().name
+    except (FileNotFoundError, ValueError) as e:
+        return f"no cost model ({e})"
+
+
 def decoding(gen, sampled: bool = False) -> str:
     """A model and how it decodes (`sampled`: and the temperature of its samples): what a cached schedule of it
     depends on."""
@@ -249,6 +261,14 @@ def generate_all(tasks, policies, cache: Cache, gens: dict, say, ms_tasks=frozen
                                  {"schedule_text": best.schedule_text, "candidates": len(outs),
                                   "candidates_ok": sum(r.status == "ok" for r in results)})
                         entry["generation_s"] = time.perf_counter() - t0
+                    elif pol == RANKED:
+                        from tensorlang.baselines.tlm import RANKED_SAMPLES, rank_candidates
+                        outs = gens["tlm"].sample(space, RANKED_SAMPLES, seed=0)
+                        kept, why = rank_candidates(outs, space, doc.model.targets["llvm"])
+                        entry = {"schedule_text": outs[kept].schedule_text, "candidates": len(outs), "kept": kept,
+                                 "generation_s": time.perf_counter() - t0}
+                        if why:
+                            entry["note"] = why
                     elif pol == "roller":
                         from tensorlang.baselines.roller import roller_point
                         entry = {"schedule_text": _text(roller_point(space).stmts)}
@@ -477,13 +497,15 @@ def main(argv=None) -> int:
         ablation = args.ablation_cached
         cached_only.add(ablation)
     trials = args.trials or [64]
-    policies = (["tlm", "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens or p in cached_only]
+    policies = (["tlm", RANKED, "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens or p in cached_only]
                 + ["random", "roller", "default"] + ([] if args.skip_ms else [f"metaschedule:{n}" for n in trials])
                 + ["torch"])
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
-    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (ablation, gens.get(ablation))):
-        made_by = decoding(g, sampled=p == "tlm:8") if g is not None else None
+    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (RANKED, gens["tlm"]), (ablation, gens.get(ablation))):
+        made_by = decoding(g, sampled=p in ("tlm:8", RANKED)) if g is not None else None
+        if p == RANKED:
+            made_by += f" ranked by {cost_model_name()}"
         if made_by is not None and cache.get(f"model|{p}") != made_by:
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
             cache.put(f"model|{p}", made_by)
@@ -538,9 +560,10 @@ def format_report(report: dict) -> str:
         tr = v["summary"]["throughput_ratio"].get("tlm", {})
         lines.append("geomean throughput of tlm over: " + ", ".join(
             f"{q} {x['geomean']:.2f}x ({x['wins']}/{x['tasks']} wins)" for q, x in tr.items()))
-        t8 = v["summary"]["throughput_ratio"].get("tlm:8", {})
-        lines.append("geomean throughput of tlm:8 over: " + ", ".join(
-            f"{q} {x['geomean']:.2f}x" for q, x in t8.items()))
+        for p in (RANKED, "tlm:8"):
+            tp = v["summary"]["throughput_ratio"].get(p, {})
+            lines.append(f"geomean throughput of {p} over: " + ", ".join(
+                f"{q} {x['geomean']:.2f}x ({x['wins']}/{x['tasks']} wins)" for q, x in tp.items()))
         lines.append("schedule time per task (median / p95 / total s): " + ", ".join(
             f"{p} {x['median_s']:.3f}/{x['p95_s']:.3f}/{x['total_s']:.0f}" for p, x in v["summary"]["schedule_time"].items()))
         lines.append("legal / correct: " + ", ".join(

@@ -615,6 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=lambda args: __import__("tensorlang.lm.train", fromlist=["x"]).main_train(args))
     __import__("tensorlang.lm.train", fromlist=["x"]).add_arguments(tr)  # imports torch only when it runs
 
+    cmo = sub.add_parser("cost-model", help="train the cost model that ranks the model's samples (tlm-ranked:K)")
+    __import__("tensorlang.cost.command", fromlist=["x"]).add_arguments(cmo)
+    cmo.set_defaults(func=lambda args: __import__("tensorlang.cost.command", fromlist=["x"]).main(args))
+
     ge = sub.add_parser("generate", help="write schedules for @auto operators with the tensor language model")
     __import__("tensorlang.lm.command", fromlist=["x"]).add_arguments(ge)
     ge.set_defaults(func=lambda args: __import__("tensorlang.lm.command", fromlist=["x"]).main_generate(args))

@@ -7,7 +7,8 @@ produce it (where the policy can say), and names the policy:
 - `default`: TVM without search (DLight rules; no .tsched text);
 - `metaschedule[:N]`: MetaSchedule tuning with N trials (default 64), its best trace as .tsched text;
 - `tlm`: the tensor language model (baselines/tlm.py: one pass, legal by construction); `tlm:K`: K distinct
-  legal candidates measured, the fastest kept; without a model checkpoint, `roller` (warning TS409);
+  legal candidates measured, the fastest kept; `tlm-ranked:K`: the K candidates ranked by the cost model
+  (cost/), none measured; without a model checkpoint, `roller` (warning TS409);
 - `auto`: the best available policy -- `tlm` where the model checkpoint exists, else `roller` (the
   language server's workers too: the model loads there once, in the background, at start).
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from tensorlang.diagnostics import Diagnostic, error
 
-POLICIES = ("auto", "tlm", "roller", "random", "default", "metaschedule")
+POLICIES = ("auto", "tlm", "tlm-ranked", "roller", "random", "default", "metaschedule")
 
 
 @dataclass
@@ -49,6 +50,9 @@ def generate(policy: str, mod, op, target, written=()) -> Generated:
     if name == "tlm":
         from tensorlang.baselines.tlm import tlm_schedule
         return tlm_schedule(mod, op, target, int(arg) if arg else None, written=written)
+    if name == "tlm-ranked":
+        from tensorlang.baselines.tlm import RANKED_SAMPLES, tlm_schedule
+        return tlm_schedule(mod, op, target, int(arg) if arg else RANKED_SAMPLES, written=written, ranked=True)
     if name == "default":
         from tensorlang.baselines.default import default_schedule
         return default_schedule(mod, op, target)

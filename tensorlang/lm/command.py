@@ -1,8 +1,10 @@
-"""`tensorlang generate FILE --target T [--op OP] [--samples K] [--beams N] [--seed S] [--model DIR] [--write]`
+"""`tensorlang generate FILE --target T [--op OP] [--samples K [--ranked]] [--beams N] [--seed S] [--model DIR] [--write]`
 
 Schedules from the tensor language model for the file's `@auto` operators (or OP), as ordinary, editable
 `schedule` blocks, each after a one-line comment naming the model, its version and the target. `--samples K`:
-up to K distinct legal candidates, measured with the bench harness (CPU targets), the fastest kept. `--beams N`:
+up to K distinct legal candidates, measured with the bench harness (CPU targets), the fastest kept; with `--ranked`,
+ranked by the cost model instead (cost/: none measured; a sample replaces the one-pass schedule only where it is
+predicted clearly faster), the policy `tlm-ranked:K`. `--beams N`:
 beam search with N beams (1: greedy; default: the checkpoint's generation_config.json).
 `--write` appends the blocks to the file. Where a `schedule` block for T is already partly written, it is
 completed: the model keeps the written decisions (space/constraints.py) and the generated statements after
@@ -23,6 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--target", required=True)
     p.add_argument("--op", help="this operator (default: every @auto operator without a schedule for the target)")
     p.add_argument("--samples", type=int, default=1, help="K distinct legal candidates, measured; the fastest kept")
+    p.add_argument("--ranked", action="store_true",
+                   help="with --samples K: keep the candidate the cost model ranks first, none measured (tlm-ranked:K)")
     p.add_argument("--beams", type=int, default=None, metavar="N",
                    help="beam search with N beams, 1 = greedy (default: as the checkpoint's generation_config.json says)")
     p.add_argument("--seed", type=int, default=0)
@@ -108,7 +112,18 @@ def main_generate(args) -> int:
                 status = 1
                 continue
         how = f", beam search with {beams} beams" if beams > 1 else ""
-        if args.samples > 1:
+        if args.samples > 1 and args.ranked:
+            from tensorlang.baselines.tlm import cost_model, rank_candidates
+            outs = gen.sample(space, args.samples, seed=args.seed, constraints=cons, num_beams=beams)
+            kept, why = rank_candidates(outs, space, target)
+            best = outs[kept]
+            if why:
+                print(f"{doc.path}: warning: TS411 {name}: {why}", file=sys.stderr)
+                how = f", the one-pass one of {len(outs)} candidates (not ranked)"
+            else:
+                how = (f", candidate {kept} of {len(outs)} as ranked by the cost model {cost_model().name} "
+                       f"(seed {args.seed}; 0 = the one-pass one)")
+        elif args.samples > 1:
             outs = gen.sample(space, args.samples, seed=args.seed, constraints=cons, num_beams=beams)
             if target.is_gpu:
                 best, how = outs[0], f", the one-pass one of {len(outs)} candidates (no GPU here to time them)"

@@ -113,8 +113,8 @@ def tvm_build_target(kind: str):
 
 def _policy_ok(policy: str) -> str | None:
     name, _, arg = policy.partition(":")
-    if name not in ("tlm", "roller", "default", "metaschedule", "random"):
-        return f"unknown policy '{policy}'; policies: tlm, roller, default, metaschedule:N"
+    if name not in ("tlm", "tlm-ranked", "roller", "default", "metaschedule", "random"):
+        return f"unknown policy '{policy}'; policies: tlm, tlm-ranked:K, roller, default, metaschedule:N"
     if arg and not arg.isdigit():
         return f"policy '{policy}': N must be a positive integer"
     return None
