@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle")
     r = subprocess.run([sys.executable, "-m", "tensorlang", "gpu-bundle", str(ROOT / "examples" / "matmul.tsched"),
-                        str(ROOT / "examples" / "softmax.tsched"), "--target", "cuda", "--per-task", "3", "-o",
+                        str(ROOT / "examples" / "softmax.tsched"), "--target", "cuda", "--per-task", "2", "-o",
                         str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out, json.loads((out / "manifest.json").read_text())
@@ -33,7 +33,7 @@ def test_bundle_holds_cubins_and_the_launch_plans_of_tvm(bundle):
     out, manifest = bundle
     assert [t["op"] for t in manifest["tasks"]] == ["matmul", "softmax"]
     for task in manifest["tasks"]:
-        assert len(task["candidates"]) == 3 and task["candidates"][0]["policy"] == "roller"
+        assert len(task["candidates"]) == 2 and task["candidates"][0]["policy"] == "roller"
         data = np.load(out / task["data"])
         for name in task["inputs"]:
             assert list(data[f"in:{name}"].shape) == task["tensors"][name]["shape"]

@@ -23,8 +23,9 @@ def checkpoint_missing(path=None) -> str | None:
     return None
 
 
-# tlm-ranked without a count: 16 candidates. On 23 validation tasks (one measured run) the kept candidate ran
-# 1.21x faster than the one-pass schedule from 16 samples, 1.15x from 8; generating 16 takes ~1 s.
+# tlm-ranked without a count: 16 candidates (~1 s to generate and rank). benchmarks/cost_ranking.py on the
+# validation tasks: the kept candidate 1.11x the one-pass schedule's throughput from 16, 1.10x from 8 (an earlier
+# run: 1.17x and 1.12x).
 RANKED_SAMPLES = 16
 
 
