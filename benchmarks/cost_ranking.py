@@ -6,10 +6,11 @@
 On the validation tasks (benchmarks/tlm.py's in-distribution set: kept out of the TLM's training and out of the
 cost model's -- this chooses a setting, so it must not look at the benchmark's held-out tasks), the shipped
 model's `Generator.sample(space, K, seed=0)` (the one-pass schedule first, then samples at SAMPLE_TEMPERATURE),
-each candidate's predicted quality, and every candidate measured in one harness run (interleaved rounds, under the
-measurement lock). Then, per rule and per K' <= K (the first K' candidates: what `tlm-ranked:K'` decodes), the
-geomean over tasks of the kept candidate's throughput over the one-pass schedule's, and over the fastest of the K'
-(measured, what `tlm:K'` keeps):
+and the model's greedy schedule in each usable sketch none of those is in (baselines/tlm.other_sketches), each
+candidate's predicted quality, and every candidate measured in one harness run (interleaved rounds, under the
+measurement lock). Then, per candidate set (the first K' samples, K' <= K: what `tlm-ranked:K'` decodes; or
+those and the other sketches' greedy schedules) and per rule, the geomean over tasks of the kept candidate's
+throughput over the one-pass schedule's, and over the fastest of the set (measured: what measuring would keep):
 - `one-pass`: the first candidate (policy `tlm`);
 - `top`: the candidate the cost model ranks first;
 - `guarded m`: that one only where it is predicted more than m above the one-pass one (cost.model.choose; the
@@ -45,26 +46,29 @@ def keep(rule: str, quality: list[float]) -> int:
 
 
 def summarize(rows: list[dict], ks: list[int]) -> dict:
+    """Per candidate set -- the first K' samples, or those and the other sketches' greedy schedules -- and rule."""
     rules = ["one-pass", "top"] + [f"guarded {m}" for m in MARGINS]
     out = {}
     for k in ks:
-        per = {}
-        for rule in rules + ["measured"]:
-            over_one, over_best, wins, losses = [], [], 0, 0
-            for r in rows:
-                lat, q = r["latency_s"][:k], r["quality"][:k]
-                ok = [x for x in lat if x]
-                if not lat[0] or not ok:
-                    continue
-                kept = lat[0 if rule == "one-pass" else lat.index(min(ok)) if rule == "measured" else keep(rule, q)]
-                if not kept:  # the kept one failed to run: the worst of the task
-                    kept = max(ok)
-                over_one.append(lat[0] / kept)
-                over_best.append(min(ok) / kept)
-                wins, losses = wins + (kept < lat[0]), losses + (kept > lat[0])
-            per[rule] = {"over_one_pass": _round(bench.geomean(over_one)), "over_measured_best":
-                         _round(bench.geomean(over_best)), "wins": wins, "losses": losses, "tasks": len(over_one)}
-        out[str(k)] = per
+        for sketches in (False, True):
+            per = {}
+            for rule in rules + ["measured"]:
+                over_one, over_best, wins, losses = [], [], 0, 0
+                for r in rows:
+                    idx = list(range(min(k, r["sampled"]))) + (list(range(r["sampled"], r["candidates"])) if sketches else [])
+                    lat, q = [r["latency_s"][i] for i in idx], [r["quality"][i] for i in idx]
+                    ok = [x for x in lat if x]
+                    if not lat[0] or not ok:
+                        continue
+                    kept = lat[0 if rule == "one-pass" else lat.index(min(ok)) if rule == "measured" else keep(rule, q)]
+                    if not kept:  # the kept one failed to run: the worst of the task
+                        kept = max(ok)
+                    over_one.append(lat[0] / kept)
+                    over_best.append(min(ok) / kept)
+                    wins, losses = wins + (kept < lat[0]), losses + (kept > lat[0])
+                per[rule] = {"over_one_pass": _round(bench.geomean(over_one)), "over_measured_best":
+                             _round(bench.geomean(over_best)), "wins": wins, "losses": losses, "tasks": len(over_one)}
+            out[f"{k}{' + other sketches' if sketches else ''}"] = per
     return out
 
 
@@ -86,6 +90,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from tensorlang import api
+    from tensorlang.baselines.tlm import other_sketches
     from tensorlang.bench import Candidate, measure_candidates
     from tensorlang.cost.features import features
     from tensorlang.cost.model import CostModel
@@ -104,10 +109,13 @@ def main(argv=None) -> int:
             space = Space(op, doc.primfunc(name), target)
             t0 = time.perf_counter()
             outs = gen.sample(space, args.k, seed=0)
+            sampled = len(outs)
+            outs += other_sketches(gen, space, outs)
             t1 = time.perf_counter()
             quality = model.predict(np.stack([features(space, o.point.mod) for o in outs])).tolist()
             t2 = time.perf_counter()
-            rows.append({"task": f"{file}:{name}", "candidates": len(outs), "quality": [round(q, 4) for q in quality],
+            rows.append({"task": f"{file}:{name}", "candidates": len(outs), "sampled": sampled,
+                         "quality": [round(q, 4) for q in quality],
                          "sample_s": round(t1 - t0, 3), "rank_s": round(t2 - t1, 3), "first": len(cands)})
             cands += [Candidate(f"{name}#{i}", op, target, o.schedule_text) for i, o in enumerate(outs)]
             say(f"{Path(file).stem[:48]}: {len(outs)} candidates, sampled {t1 - t0:.2f} s, ranked {t2 - t1:.2f} s")
@@ -134,10 +142,10 @@ def format_report(report: dict) -> str:
     lines = [f"tlm-ranked: {report['model']} ranked by {report['cost_model']}, {report['tasks']} validation tasks, "
              f"{report['candidates_measured']} candidates measured in one run on {m['llvm_mcpu']} ({m['cpu']})"]
     for k, per in report["summary"].items():
-        lines.append(f"\nK = {k}: {'rule':>14}  {'over one-pass':>13}  {'wins':>4}  {'losses':>6}  "
+        lines.append(f"\nK = {k}:\n{'rule':>21}  {'over one-pass':>13}  {'wins':>4}  {'losses':>6}  "
                      f"{'over the measured best':>22}")
         for rule, s in per.items():
-            lines.append(f"{'':7}{rule:>14}  {s['over_one_pass']:>13}  {s['wins']:>4}  {s['losses']:>6}  "
+            lines.append(f"{rule:>21}  {s['over_one_pass']:>13}  {s['wins']:>4}  {s['losses']:>6}  "
                          f"{s['over_measured_best']:>22}")
     lines.append(f"command: {report['command']}")
     return "\n".join(lines)

@@ -80,6 +80,23 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, wri
     return Generated(best.point.mod, policy, notes, best.schedule_text)
 
 
+def candidates(gen, space, k: int, seed: int = 0, constraints=None, per_sketch: bool = False) -> list:
+    """What tlm-ranked:K ranks: `gen.sample`'s K (the one-pass schedule first, then samples), and with
+    `per_sketch` also `other_sketches`' (not with written constraints: they choose the sketches)."""
+    outs = gen.sample(space, k, seed=seed, constraints=constraints)
+    if per_sketch and constraints is None:
+        outs += other_sketches(gen, space, outs)
+    return outs
+
+
+def other_sketches(gen, space, outs: list) -> list:
+    """The model's greedy schedule in every usable sketch that none of `outs` is in: a sketch the model gives
+    little mass (a reduction's rfactor) is seldom sampled, yet may be the fast one."""
+    from tensorlang.space.constraints import Constraints
+    seen = {o.point.sketch for o in outs}
+    return [gen.generate(space, Constraints((), {s: {}})) for s in space.usable if s not in seen]
+
+
 def rank_candidates(outs: list, space, target) -> tuple[int, str | None]:
     """(the index of the candidate the cost model keeps, why it kept the one-pass one without asking, or None).
     GPU targets and a missing cost model keep the one-pass schedule (index 0): the cost model was trained on CPU
