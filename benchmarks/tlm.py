@@ -15,7 +15,8 @@ Policies per task:
 - `tlm`: the model's constrained schedule in one pass, decoded as its checkpoint says (generation_config.json:
   greedy, or beam search with `num_beams`); `tlm:8`: its 8 distinct candidates (that one + seeded samples at
   lm/generate.py's SAMPLE_TEMPERATURE) measured with the harness, the fastest kept (its schedule time includes that);
-  `tlm-ranked:16`: 16 such candidates ranked by the cost model (cost/), none measured;
+  `tlm-ranked:16`: 16 such candidates and the model's greedy schedule in each sketch they miss, ranked by the
+  cost model (cost/), none measured;
 - the ablation (`--ablation DIR`), the other fine-tuning recipe from the same pre-training: `tlm-best-only`
   (the best record per task alone, OSDI'24) or `tlm-quality` (every record, prefixed by its quality token),
   named from its model card; `--ablation-cached tlm-quality` re-times the ablation's schedules cached by an
@@ -262,8 +263,8 @@ def generate_all(tasks, policies, cache: Cache, gens: dict, say, ms_tasks=frozen
                                   "candidates_ok": sum(r.status == "ok" for r in results)})
                         entry["generation_s"] = time.perf_counter() - t0
                     elif pol == RANKED:
-                        from tensorlang.baselines.tlm import RANKED_SAMPLES, rank_candidates
-                        outs = gens["tlm"].sample(space, RANKED_SAMPLES, seed=0)
+                        from tensorlang.baselines.tlm import RANKED_SAMPLES, candidates, rank_candidates
+                        outs = candidates(gens["tlm"], space, RANKED_SAMPLES, seed=0, per_sketch=True)
                         kept, why = rank_candidates(outs, space, doc.model.targets["llvm"])
                         entry = {"schedule_text": outs[kept].schedule_text, "candidates": len(outs), "kept": kept,
                                  "generation_s": time.perf_counter() - t0}
@@ -505,7 +506,7 @@ def main(argv=None) -> int:
     for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (RANKED, gens["tlm"]), (ablation, gens.get(ablation))):
         made_by = decoding(g, sampled=p in ("tlm:8", RANKED)) if g is not None else None
         if p == RANKED:
-            made_by += f" ranked by {cost_model_name()}"
+            made_by += f" + other sketches, ranked by {cost_model_name()}"
         if made_by is not None and cache.get(f"model|{p}") != made_by:
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
             cache.put(f"model|{p}", made_by)

@@ -93,8 +93,9 @@ def _matmul():
     return doc, op
 
 
-def test_policy_tlm_ranked_keeps_the_sample_the_cost_model_chooses():
+def test_policy_tlm_ranked_keeps_the_candidate_the_cost_model_chooses():
     from tensorlang.baselines import generate
+    from tensorlang.baselines.tlm import candidates
     from tensorlang.cost.features import features
     from tensorlang.cost.model import CostModel, choose
     from tensorlang.lm.generate import default_generator
@@ -102,7 +103,10 @@ def test_policy_tlm_ranked_keeps_the_sample_the_cost_model_chooses():
     doc, op = _matmul()
     cpu = doc.model.targets["cpu"]
     space = Space(op, doc.primfunc("matmul"), cpu)
-    outs = default_generator().sample(space, 6, seed=0)
+    outs = candidates(default_generator(), space, 6, seed=0, per_sketch=True)
+    sampled = default_generator().sample(space, 6, seed=0)  # the samples first, then the other sketches' schedules
+    assert [o.schedule_text for o in outs[:len(sampled)]] == [o.schedule_text for o in sampled]
+    assert len({o.point.sketch for o in outs}) == len(space.usable)  # every sketch among the candidates
     quality = CostModel.load().predict(np.stack([features(space, o.point.mod) for o in outs]))
     expected = outs[choose(quality)].schedule_text
     g = generate("tlm-ranked:6", doc.primfunc("matmul"), op, cpu)
@@ -141,6 +145,7 @@ def test_cost_model_cli_trains_on_a_dataset_and_featurizes_only_new_records(tmp_
 
 def test_generate_ranked_says_which_candidate_the_cost_model_kept():
     from tensorlang import api
+    from tensorlang.baselines.tlm import candidates
     from tensorlang.cost.features import features
     from tensorlang.cost.model import CostModel, choose
     from tensorlang.lm.generate import default_generator
@@ -153,7 +158,7 @@ def test_generate_ranked_says_which_candidate_the_cost_model_kept():
     assert r.returncode == 0, r.stderr
     d = api.load(file)
     space = Space(d.model.ops["attention_scores"], d.primfunc("attention_scores"), api.resolve_target(d, "llvm"))
-    outs = default_generator().sample(space, 4, seed=0)
+    outs = candidates(default_generator(), space, 4, seed=0, per_sketch=True)
     kept = choose(CostModel.load().predict(np.stack([features(space, o.point.mod) for o in outs])))
     assert f"candidate {kept} of {len(outs)} as ranked by the cost model cost-perstore164" in r.stdout
     assert "schedule attention_scores on llvm" in r.stdout

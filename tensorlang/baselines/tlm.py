@@ -2,8 +2,9 @@
 checkpoint's generation_config.json says -- constrained to the Space Builder's legal tokens, so it never fails
 to be legal. `tlm:K`: up to K distinct legal candidates (the one-pass one,
 then seeded samples), measured with the bench harness, the fastest kept ("TLM + K trials"). `tlm-ranked:K`: the
-same K candidates ranked by the cost model (cost/: XGBoost over each scheduled loop nest's features), none built
-or timed; a sample replaces the one-pass schedule only where it is predicted clearly faster (cost.model.choose).
+same K candidates and the model's greedy schedule in each sketch they miss, ranked by the cost model (cost/:
+XGBoost over each scheduled loop nest's features), none built or timed; a candidate replaces the one-pass
+schedule only where it is predicted clearly faster (cost.model.choose).
 
 The default checkpoint (lm/checkpoints/default) is loaded once per process, on first use. Without one, the
 policy falls back to `roller` and says why.
@@ -23,9 +24,10 @@ def checkpoint_missing(path=None) -> str | None:
     return None
 
 
-# tlm-ranked without a count: 16 candidates (~1 s to generate and rank). benchmarks/cost_ranking.py on the
-# validation tasks: the kept candidate 1.11x the one-pass schedule's throughput from 16, 1.10x from 8 (an earlier
-# run: 1.17x and 1.12x).
+# tlm-ranked without a count: 16 samples (~1 s to generate and rank). benchmarks/cost_ranking.py on the validation
+# tasks: the kept candidate 1.13x the one-pass schedule's throughput from 16 samples and the other sketches'
+# greedy schedules, 1.13x from the 16 alone, 1.10x from 8 and the other sketches (earlier runs: 1.11x and 1.17x
+# from 16 alone).
 RANKED_SAMPLES = 16
 
 
@@ -58,7 +60,7 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, wri
                 cons = None
         policy = f"tlm-ranked:{samples}" if ranked else f"tlm:{samples}" if samples else "tlm"
         if samples and samples > 1 and ranked:
-            outs = gen.sample(space, samples, seed=seed, constraints=cons)
+            outs = candidates(gen, space, samples, seed=seed, constraints=cons, per_sketch=True)
             kept, why = rank_candidates(outs, space, target)
             best = outs[kept]
             notes += [warning("TS411", f"policy {policy}: {why}", op.ast.name_span)] if why else []
@@ -80,21 +82,22 @@ def tlm_schedule(mod, op, target, samples: int | None = None, seed: int = 0, wri
     return Generated(best.point.mod, policy, notes, best.schedule_text)
 
 
-def candidates(gen, space, k: int, seed: int = 0, constraints=None, per_sketch: bool = False) -> list:
+def candidates(gen, space, k: int, seed: int = 0, constraints=None, per_sketch: bool = False,
+               num_beams: int | None = None) -> list:
     """What tlm-ranked:K ranks: `gen.sample`'s K (the one-pass schedule first, then samples), and with
     `per_sketch` also `other_sketches`' (not with written constraints: they choose the sketches)."""
-    outs = gen.sample(space, k, seed=seed, constraints=constraints)
+    outs = gen.sample(space, k, seed=seed, constraints=constraints, num_beams=num_beams)
     if per_sketch and constraints is None:
-        outs += other_sketches(gen, space, outs)
+        outs += other_sketches(gen, space, outs, num_beams)
     return outs
 
 
-def other_sketches(gen, space, outs: list) -> list:
-    """The model's greedy schedule in every usable sketch that none of `outs` is in: a sketch the model gives
+def other_sketches(gen, space, outs: list, num_beams: int | None = None) -> list:
+    """The model's one-pass schedule in every usable sketch that none of `outs` is in: a sketch the model gives
     little mass (a reduction's rfactor) is seldom sampled, yet may be the fast one."""
     from tensorlang.space.constraints import Constraints
     seen = {o.point.sketch for o in outs}
-    return [gen.generate(space, Constraints((), {s: {}})) for s in space.usable if s not in seen]
+    return [gen.generate(space, Constraints((), {s: {}}), num_beams=num_beams) for s in space.usable if s not in seen]
 
 
 def rank_candidates(outs: list, space, target) -> tuple[int, str | None]:

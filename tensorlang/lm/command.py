@@ -113,8 +113,9 @@ def main_generate(args) -> int:
                 continue
         how = f", beam search with {beams} beams" if beams > 1 else ""
         if args.samples > 1 and args.ranked:
-            from tensorlang.baselines.tlm import cost_model, rank_candidates
-            outs = gen.sample(space, args.samples, seed=args.seed, constraints=cons, num_beams=beams)
+            from tensorlang.baselines.tlm import candidates, cost_model, rank_candidates
+            outs = candidates(gen, space, args.samples, seed=args.seed, constraints=cons, per_sketch=True,
+                              num_beams=beams)
             kept, why = rank_candidates(outs, space, target)
             best = outs[kept]
             if why:
