@@ -87,7 +87,6 @@ def test_trained_model_picks_fast_schedules_of_its_tasks_and_round_trips(tmp_pat
 
 def _matmul():
     from tensorlang import api
-    from tensorlang.space.space import Space
     doc = api.load(ROOT / "examples" / "matmul.tsched")
     op = doc.model.ops["matmul"]
     return doc, op

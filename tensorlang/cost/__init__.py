@@ -2,5 +2,5 @@
 
 features.py (MetaSchedule's per-store features of a scheduled module) -> model.py (XGBoost trained on the
 measured corpus; save/load; `choose` among a one-pass schedule and its samples) -> command.py (`tensorlang
-cost-model`). Policy `tlm-ranked:K` (baselines/tlm.py) keeps the model's sample this ranks first.
+cost-model`). Policy `tlm-ranked:K` (baselines/tlm.py) keeps the model's candidate this ranks first.
 """
