@@ -615,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=lambda args: __import__("tensorlang.lm.train", fromlist=["x"]).main_train(args))
     __import__("tensorlang.lm.train", fromlist=["x"]).add_arguments(tr)  # imports torch only when it runs
 
-    cmo = sub.add_parser("cost-model", help="train the cost model that ranks the model's samples (tlm-ranked:K)")
+    cmo = sub.add_parser("cost-model", help="train the cost model that ranks the model's candidates (tlm-ranked:K)")
     __import__("tensorlang.cost.command", fromlist=["x"]).add_arguments(cmo)
     cmo.set_defaults(func=lambda args: __import__("tensorlang.cost.command", fromlist=["x"]).main(args))
 
