@@ -19,10 +19,8 @@ Writes the rows and summary as JSON.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -80,7 +78,6 @@ def main(argv=None) -> int:
     started = time.time()
 
     from tensorlang.lm.generate import Generator
-    from tensorlang.machine import describe, host
 
     gens, dirs = {}, {}
     for d in args.models:
@@ -103,10 +100,7 @@ def main(argv=None) -> int:
         rows, results = bench.measure_set(tasks, policies, cache, args.repeat, say)
     from tensorlang.bench.command import conditions
     summary = bench.summarize(rows, policies)
-    report = {"command": shlex.join([".venv/bin/python", "benchmarks/compare_models.py"]
-                                    + (argv if argv is not None else sys.argv[1:])),
-              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": describe(host().cores), "set": args.set, "tasks": len(tasks), "policies": policies,
+    report = {**bench.run_stamp("compare_models.py", argv, started), "set": args.set, "tasks": len(tasks), "policies": policies,
               "models": {n: str(d) for n, d in dirs.items()}, "validation_loss": val,
               "rows": rows, "summary": summary,
               "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}

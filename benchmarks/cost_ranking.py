@@ -20,9 +20,7 @@ throughput over the one-pass schedule's, and over the fastest of the set (measur
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -87,16 +85,12 @@ def main(argv=None) -> int:
     say = lambda m: print(f"cost-ranking: {m}", file=sys.stderr, flush=True)  # noqa: E731
     started = time.time()
 
-    import numpy as np
-
     from tensorlang import api
     from tensorlang.baselines.tlm import other_sketches
     from tensorlang.bench import Candidate, measure_candidates
-    from tensorlang.cost.features import features
     from tensorlang.cost.model import CostModel
     from tensorlang.lm.generate import Generator
     from tensorlang.lower.targets import host_cores
-    from tensorlang.machine import describe, host
     from tensorlang.space.space import Space
 
     gen, model = Generator(), CostModel.load(args.cost_model)
@@ -112,7 +106,7 @@ def main(argv=None) -> int:
             sampled = len(outs)
             outs += other_sketches(gen, space, outs)
             t1 = time.perf_counter()
-            quality = model.predict(np.stack([features(space, o.point.mod) for o in outs])).tolist()
+            quality = model.rank(space, [o.point.mod for o in outs]).tolist()
             t2 = time.perf_counter()
             rows.append({"task": f"{file}:{name}", "candidates": len(outs), "sampled": sampled,
                          "quality": [round(q, 4) for q in quality],
@@ -126,10 +120,7 @@ def main(argv=None) -> int:
         first = r.pop("first")
         r["latency_s"] = [(x.median_s if x.status == "ok" else None) for x in results[first:first + r["candidates"]]]
     ks = sorted({k for k in (8, args.k) if k <= args.k})
-    report = {"command": shlex.join([".venv/bin/python", "benchmarks/cost_ranking.py"]
-                                    + (argv if argv is not None else sys.argv[1:])),
-              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": describe(host().cores), "model": gen.name, "cost_model": model.name,
+    report = {**bench.run_stamp("cost_ranking.py", argv, started), "model": gen.name, "cost_model": model.name,
               "cost_model_card": model.card, "tasks": len(rows), "candidates_measured": len(cands),
               "summary": summarize(rows, ks), "rows": rows, "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

@@ -166,6 +166,15 @@ def cost_model_name() -> str:
         return f"no cost model ({e})"
 
 
+def run_stamp(script: str, argv, started: float) -> dict:
+    """What every benchmark report starts with: the command that reproduces it, when it started, the machine."""
+    from tensorlang.machine import describe, host
+    return {"command": shlex.join([".venv/bin/python", f"benchmarks/{script}"]
+                                  + (argv if argv is not None else sys.argv[1:])),
+            "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": describe(host().cores)}
+
+
 def decoding(gen, sampled: bool = False) -> str:
     """A model and how it decodes (`sampled`: and the temperature of its samples): what a cached schedule of it
     depends on."""
@@ -476,7 +485,6 @@ def main(argv=None) -> int:
     import_tvm_s = time.perf_counter() - t0
     from tensorlang.lm import model as M
     from tensorlang.lm.generate import Generator
-    from tensorlang.machine import describe, host
 
     gens = {"tlm": Generator(args.model)}
     load = {"tlm": gens["tlm"].load_s, "tlm_again": Generator(args.model).load_s}
@@ -510,9 +518,7 @@ def main(argv=None) -> int:
         if made_by is not None and cache.get(f"model|{p}") != made_by:
             cache.data = {k: v for k, v in cache.data.items() if not k.endswith(f"|{p}")}
             cache.put(f"model|{p}", made_by)
-    report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm.py"] + (argv if argv is not None else sys.argv[1:])),
-              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": describe(host().cores), "model": decoding(gens["tlm"]), "model_dir": str(model_dir),
+    report = {**run_stamp("tlm.py", argv, started), "model": decoding(gens["tlm"]), "model_dir": str(model_dir),
               "ablation": ({ablation: f"{cache.get(f'model|{ablation}')} (its schedules cached in an earlier run, "
                                        f"re-timed here)"} if ablation in cached_only else
                            {ablation: gens[ablation].name} if ablation else None),

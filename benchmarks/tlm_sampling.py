@@ -14,9 +14,7 @@ number of distinct candidates it found. lm/generate.py's SAMPLE_TEMPERATURE was 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -50,7 +48,6 @@ def main(argv=None) -> int:
     from tensorlang.bench import Candidate, measure_candidates
     from tensorlang.lm.generate import Generator
     from tensorlang.lower.targets import host_cores
-    from tensorlang.machine import describe, host
     from tensorlang.space.space import Space
 
     temps = [float(t) for t in args.temperatures.split(",")]
@@ -93,10 +90,7 @@ def main(argv=None) -> int:
             "mean_candidates": round(sum(r["candidates"] for r in mine) / len(mine), 2),
             "best_over_one_pass": _ratio([r["one_pass_s"] / r["best_s"] for r in mine
                                           if r["best_s"] and r["one_pass_s"]])}
-    report = {"command": shlex.join([".venv/bin/python", "benchmarks/tlm_sampling.py"]
-                                    + (argv if argv is not None else sys.argv[1:])),
-              "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": describe(host().cores), "model": gen.name, "k": args.k, "baseline": temps[0],
+    report = {**bench.run_stamp("tlm_sampling.py", argv, started), "model": gen.name, "k": args.k, "baseline": temps[0],
               "tasks": len(tasks), "candidates_measured": len(keys), "summary": summary, "rows": rows,
               "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

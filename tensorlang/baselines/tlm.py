@@ -110,11 +110,8 @@ def rank_candidates(outs: list, space, target) -> tuple[int, str | None]:
         model = cost_model()
     except (FileNotFoundError, ValueError) as e:
         return 0, f"{e}; the one-pass schedule is kept"
-    import numpy as np
-
-    from tensorlang.cost.features import features
     from tensorlang.cost.model import choose
-    return choose(model.predict(np.stack([features(space, o.point.mod) for o in outs]))), None
+    return choose(model.rank(space, [o.point.mod for o in outs])), None
 
 
 _COST_MODEL = None

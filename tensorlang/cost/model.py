@@ -52,6 +52,11 @@ class CostModel:
         X = X.reshape(-1, self.card.get("width", X.shape[-1]))
         return self.booster.predict(xgb.DMatrix(X))
 
+    def rank(self, space, mods) -> np.ndarray:
+        """The predicted quality of scheduled modules of `space`'s operator (featurized here)."""
+        from tensorlang.cost.features import features
+        return self.predict(np.stack([features(space, mod) for mod in mods]))
+
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
