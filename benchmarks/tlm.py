@@ -29,8 +29,10 @@ Policies per task:
   its best-so-far latency after each trial, for the time-to-quality curve);
 - `torch`: PyTorch eager where the task is a plain matmul or softmax.
 
-Phase 1 (schedules) is cached in benchmarks/results/tlm_schedules.json, per task and policy, written after
-each one: a killed run resumes, and MetaSchedule is not run twice. Phase 2 measures every candidate of a
+Phase 1 (schedules) is cached per host in benchmarks/results/tlm_schedules.<cpu>-<machine id>.json, per task
+and policy, written after each one: a killed run resumes, and MetaSchedule is not run twice. Every policy's
+schedule depends on the host (the model's prompt names the CPU, MetaSchedule tuned on it, the space's vector
+width), so another host's schedules are never re-timed here as this one's. Phase 2 measures every candidate of a
 task set side by side in one harness run (interleaved rounds, under the measurement lock), so every ratio
 compares figures of one run. Writes benchmarks/results/tlm.json (+ tlm.png) and prints the tables.
 """
@@ -51,7 +53,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-CACHE = RESULTS / "tlm_schedules.json"
+
+
+def cache_path() -> Path:
+    """This host's schedule cache (module docstring): another CPU's schedules are another file."""
+    from tensorlang.machine import host
+    cpu = host()
+    return RESULTS / f"tlm_schedules.{cpu.name}-{cpu.id}.json"
 
 E, L = "data/workloads/efficientnet-b0", "data/workloads/llama7b-layer"
 HELDOUT = [  # (file, kind)
@@ -184,9 +192,18 @@ def decoding(gen, sampled: bool = False) -> str:
 
 
 class Cache:
+    """Phase 1's schedules, `file:op|policy` -> entry, and `host|` the machine that made them: a file made on
+    another machine (an explicit --cache) is refused, neither re-timed as this host's nor overwritten."""
+
     def __init__(self, path: Path):
+        from tensorlang.machine import host
         self.path = path
         self.data = json.loads(path.read_text()) if path.exists() else {}
+        here = host().id
+        if self.data.get("host|", here) != here:
+            raise SystemExit(f"tlm-bench: {path} holds schedules made on machine {self.data['host|']}, not on this "
+                             f"one ({here}); leave out --cache for this host's own")
+        self.data["host|"] = here
 
     def get(self, key):
         return self.data.get(key)
@@ -467,7 +484,7 @@ def main(argv=None) -> int:
                          "2-core machine: 3-5 min a task)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--limit", type=int, help="only the first N tasks of each set (a quick check)")
-    ap.add_argument("--cache", default=str(CACHE))
+    ap.add_argument("--cache", default=None, help="schedule cache (default: this host's, cache_path())")
     ap.add_argument("--out", default=str(RESULTS / "tlm.json"))
     args = ap.parse_args(argv)
     sets = args.set or ["heldout", "indist"]
@@ -509,6 +526,7 @@ def main(argv=None) -> int:
     policies = (["tlm", RANKED, "tlm:8"] + [p for p in (ablation, "tlm-untrained") if p in gens or p in cached_only]
                 + ["random", "roller", "default"] + ([] if args.skip_ms else [f"metaschedule:{n}" for n in trials])
                 + ["torch"])
+    args.cache = args.cache or str(cache_path())
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
     for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (RANKED, gens["tlm"]), (ablation, gens.get(ablation))):
