@@ -1,6 +1,6 @@
 """How `tlm-ranked:K` should pick: the model's K samples ranked by the cost model, against measuring them.
 
-    .venv/bin/python benchmarks/cost_ranking.py [--k 16] [--tasks 28] [--repeat 3] [--cost-model DIR]
+    .venv/bin/python benchmarks/cost_ranking.py [--k 16] [--tasks 28] [--repeat 3] [--cost-model DIR ...]
                                                 [--json benchmarks/results/cost_ranking.json]
 
 On the validation tasks (benchmarks/tlm.py's in-distribution set: kept out of the TLM's training and out of the
@@ -16,6 +16,8 @@ throughput over the one-pass schedule's, and over the fastest of the set (measur
 - `guarded m`: that one only where it is predicted more than m above the one-pass one (cost.model.choose; the
   shipped rule is m = cost.model.MARGIN);
 - `measured`: the fastest, measured (policy `tlm:K'`, the ceiling of any ranking of these candidates).
+With `--cost-model` given more than once, every cost model ranks the same measured candidates (the first is the
+main table; the others' summaries beside it): two cost models compared on one run's figures.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--tasks", type=int, default=28, help="validation tasks (benchmarks/tlm.py --indist)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cost-model", help="cost model directory (default: the shipped one)")
+    ap.add_argument("--cost-model", action="append",
+                    help="cost model directory (default: the shipped one); repeat to compare cost models")
     ap.add_argument("--json", default=str(bench.RESULTS / "cost_ranking.json"))
     args = ap.parse_args(argv)
     say = lambda m: print(f"cost-ranking: {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -93,7 +96,9 @@ def main(argv=None) -> int:
     from tensorlang.lower.targets import host_cores
     from tensorlang.space.space import Space
 
-    gen, model = Generator(), CostModel.load(args.cost_model)
+    gen = Generator()
+    models = [CostModel.load(d) for d in (args.cost_model or [None])]
+    model = models[0]
     tasks = bench.indist_tasks(40)[:args.tasks]
     rows, cands = [], []
     for file, _kind in tasks:
@@ -106,10 +111,12 @@ def main(argv=None) -> int:
             sampled = len(outs)
             outs += other_sketches(gen, space, outs)
             t1 = time.perf_counter()
-            quality = model.rank(space, [o.point.mod for o in outs]).tolist()
-            t2 = time.perf_counter()
+            mods = [o.point.mod for o in outs]
+            qualities = {model.name: [round(q, 4) for q in model.rank(space, mods).tolist()]}
+            t2 = time.perf_counter()  # rank_s: the main cost model's ranking, as the policy runs it
+            qualities.update({m.name: [round(q, 4) for q in m.rank(space, mods).tolist()] for m in models[1:]})
             rows.append({"task": f"{file}:{name}", "candidates": len(outs), "sampled": sampled,
-                         "quality": [round(q, 4) for q in quality],
+                         "quality": qualities[model.name], "quality_by_cost_model": qualities,
                          "sample_s": round(t1 - t0, 3), "rank_s": round(t2 - t1, 3), "first": len(cands)})
             cands += [Candidate(f"{name}#{i}", op, target, o.schedule_text) for i, o in enumerate(outs)]
             say(f"{Path(file).stem[:48]}: {len(outs)} candidates, sampled {t1 - t0:.2f} s, ranked {t2 - t1:.2f} s")
@@ -122,7 +129,10 @@ def main(argv=None) -> int:
     ks = sorted({k for k in (8, args.k) if k <= args.k})
     report = {**bench.run_stamp("cost_ranking.py", argv, started), "model": gen.name, "cost_model": model.name,
               "cost_model_card": model.card, "tasks": len(rows), "candidates_measured": len(cands),
-              "summary": summarize(rows, ks), "rows": rows, "duration_s": round(time.time() - started, 1)}
+              "summary": summarize(rows, ks),
+              "summary_by_cost_model": {m.name: {"card": m.card, "summary": summarize(
+                  [{**r, "quality": r["quality_by_cost_model"][m.name]} for r in rows], ks)} for m in models},
+              "rows": rows, "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     print(format_report(report))
     return 0
@@ -138,6 +148,13 @@ def format_report(report: dict) -> str:
         for rule, s in per.items():
             lines.append(f"{rule:>21}  {s['over_one_pass']:>13}  {s['wins']:>4}  {s['losses']:>6}  "
                          f"{s['over_measured_best']:>22}")
+    if len(report.get("summary_by_cost_model", {})) > 1:
+        lines.append("\nthe same candidates ranked by each cost model (kept over one-pass, wins/losses):")
+        for name, v in report["summary_by_cost_model"].items():
+            for k, per in v["summary"].items():
+                lines.append(f"{name:>40}  K = {k:<22}" + "  ".join(
+                    f"{rule} {per[rule]['over_one_pass']} ({per[rule]['wins']}/{per[rule]['losses']})"
+                    for rule in ("top", "guarded 0.1")))
     lines.append(f"command: {report['command']}")
     return "\n".join(lines)
 
