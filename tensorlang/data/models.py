@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MODELS = ("resnet50", "mobilenetv2", "efficientnet-b0", "bert-base", "gpt2", "llama7b-layer", "tinyllama-layer",
-          "qwen2-0.5b-layer")
-VISION = ("resnet50", "mobilenetv2", "efficientnet-b0")
+          "qwen2-0.5b-layer", "regnety-400mf")
+VISION = ("resnet50", "mobilenetv2", "efficientnet-b0", "regnety-400mf")
 
 DEFAULT_SEQ = 128
 DEFAULT_IMAGE = 224
@@ -59,6 +59,16 @@ def build(name: str, batch: int = 1, seq: int | None = None, small: bool = False
                                        **({"depth_multiplier": 0.25} if small else {}))
             model = tf.MobileNetV2ForImageClassification(cfg)
             keys = ["depth_multiplier", "tf_padding", "image_size", "num_labels"]
+        elif name == "regnety-400mf":
+            # RegNetY-400MF: grouped 3x3 convs (8 channels a group) and a squeeze-and-excitation block in every
+            # layer -- a global mean at 56x56 to 7x7, two 1x1 convs on a 1x1 map, a sigmoid gate: the SE operators
+            # no other training model has (EfficientNet-B0, held out, has its own, at other shapes).
+            cfg = (tf.RegNetConfig(embedding_size=8, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                                   groups_width=8, layer_type="y", num_labels=10) if small
+                   else tf.RegNetConfig(embedding_size=32, hidden_sizes=[48, 104, 208, 440], depths=[1, 3, 6, 6],
+                                        groups_width=8, layer_type="y", num_labels=1000))
+            model = tf.RegNetForImageClassification(cfg)
+            keys = ["embedding_size", "hidden_sizes", "depths", "groups_width", "layer_type", "hidden_act", "num_labels"]
         else:  # EfficientNet-B0 (EfficientNetConfig's defaults are B7's)
             kw = dict(width_coefficient=1.0, depth_coefficient=1.0, image_size=size, dropout_rate=0.2,
                       hidden_dim=1280, num_labels=1000)

@@ -6,8 +6,8 @@ A task (an operator, by its name-independent key `collect.op_hash`) is held out 
 held-out model (EfficientNet-B0 and the LLaMA-7B layer, their shape variants included) and in none of
 the training models the split was fixed against: the benchmark then asks a model for schedules of
 operators it has never seen. A key that one of those training models shares is in distribution,
-whatever else it occurs in. A training model added later (the TinyLlama layer) cannot move a held-out
-task into training: its copies of held-out operators are held out with them. The model a workload file
+whatever else it occurs in. A training model added later (the TinyLlama and Qwen2 layers, RegNetY) cannot move a
+held-out task into training: its copies of held-out operators are held out with them. The model a workload file
 belongs to is its directory's manifest's `model`.
 
 Held-out tasks are measured into their own dataset (`collect` routes them to `data/heldout/<target>`),
