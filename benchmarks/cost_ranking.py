@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     from tensorlang import api
     from tensorlang.baselines.tlm import other_sketches
     from tensorlang.bench import Candidate, measure_candidates
+    from tensorlang.cost.features import featurize
     from tensorlang.cost.model import CostModel
     from tensorlang.lm.generate import Generator
     from tensorlang.lower.targets import host_cores
@@ -111,10 +112,10 @@ def main(argv=None) -> int:
             sampled = len(outs)
             outs += other_sketches(gen, space, outs)
             t1 = time.perf_counter()
-            mods = [o.point.mod for o in outs]
-            qualities = {model.name: [round(q, 4) for q in model.rank(space, mods).tolist()]}
-            t2 = time.perf_counter()  # rank_s: the main cost model's ranking, as the policy runs it
-            qualities.update({m.name: [round(q, 4) for q in m.rank(space, mods).tolist()] for m in models[1:]})
+            X = featurize(space, [o.point.mod for o in outs])  # once, for every cost model
+            qualities = {model.name: [round(q, 4) for q in model.predict(X).tolist()]}
+            t2 = time.perf_counter()  # rank_s: the main cost model's ranking (features + predict), as the policy runs it
+            qualities.update({m.name: [round(q, 4) for q in m.predict(X).tolist()] for m in models[1:]})
             rows.append({"task": f"{file}:{name}", "candidates": len(outs), "sampled": sampled,
                          "quality": qualities[model.name], "quality_by_cost_model": qualities,
                          "sample_s": round(t1 - t0, 3), "rank_s": round(t2 - t1, 3), "first": len(cands)})

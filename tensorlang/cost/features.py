@@ -32,6 +32,11 @@ def features(space, mod) -> np.ndarray:
     return np.concatenate([per_store.sum(0), per_store.max(0), [len(per_store)]]).astype(np.float32)
 
 
+def featurize(space, mods) -> np.ndarray:
+    """The feature rows of several scheduled modules of `space`'s operator (what a cost model predicts on)."""
+    return np.stack([features(space, mod) for mod in mods])
+
+
 _EXTRACTOR = None
 
 

@@ -54,8 +54,8 @@ class CostModel:
 
     def rank(self, space, mods) -> np.ndarray:
         """The predicted quality of scheduled modules of `space`'s operator (featurized here)."""
-        from tensorlang.cost.features import features
-        return self.predict(np.stack([features(space, mod) for mod in mods]))
+        from tensorlang.cost.features import featurize
+        return self.predict(featurize(space, mods))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
