@@ -512,9 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--joint-builds", action="store_true",
                     help="compile a batch's candidates of one operator together, a group per build worker (about half "
                          "the build time of small kernels; no faster end to end on collect_speed's tasks)")
-    co.add_argument("--slow-factor", type=float, default=10.0,
+    co.add_argument("--slow-factor", type=float, default=4.0,
                     help="record a candidate after one timing round when it is over this many times the task's best "
-                         "known latency (0: time every candidate fully)")
+                         "known latency (twice the slowest quality bucket's bound; 0: time every candidate fully)")
     co.add_argument("--split", default=None, help="the held-out split file (default data/split.json)")
     co.add_argument("--heldout-output", default=None,
                     help="where held-out tasks are recorded (default data/heldout/<name of --output>)")

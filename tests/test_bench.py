@@ -319,8 +319,9 @@ def test_the_harness_waits_for_the_lock(tmp_path):
     assert r.run["lock_path"] == str(lock) and r.run["locked_s"] > 0
 
 
-def numpy_copy(inputs, outputs, crash_after=None):
-    """A PythonKernel factory (runs in the runner process); `crash_after` calls, it dereferences NULL."""
+def numpy_copy(inputs, outputs, crash_after=None, sleep_ms=0.0):
+    """A PythonKernel factory (runs in the runner process); `crash_after` calls, it dereferences NULL;
+    each call lasts at least `sleep_ms`."""
     import ctypes
 
     import numpy as np
@@ -332,9 +333,27 @@ def numpy_copy(inputs, outputs, crash_after=None):
         calls[0] += 1
         if crash_after is not None and calls[0] > crash_after:
             ctypes.string_at(0)  # a real SIGSEGV
+        if sleep_ms:
+            time.sleep(sleep_ms / 1e3)
         np.copyto(out, a)
         return {"C": out}
     return run
+
+
+def test_a_candidate_over_the_slow_factor_is_recorded_after_one_round(harness):
+    """Past its first round, a candidate over slow_factor times the best (this run's, or the best known if
+    lower) gets no more rounds; one under it gets all of them."""
+    def cand(name, ms):
+        return Candidate(name, COPY, "cpu", PythonKernel(f"{__file__}:numpy_copy", {"sleep_ms": ms}))
+    cands = [cand("best", 2), cand("near", 5), cand("slow", 20)]
+    results = harness.measure(cands, repeat=3, min_repeat_ms=1, timeout_s=20, slow_factor=4.0)
+    assert [len(r.times_s) for r in results] == [3, 3, 1]
+    assert results[2].median_s > 4 * results[0].median_s
+    results = harness.measure(cands[1:], repeat=3, min_repeat_ms=1, timeout_s=20, slow_factor=4.0,
+                              best_known_s=1e-3)  # a best known of 1 ms: 5 ms is over 4x it too
+    assert [len(r.times_s) for r in results] == [1, 1]
+    results = harness.measure(cands, repeat=3, min_repeat_ms=1, timeout_s=20)
+    assert [len(r.times_s) for r in results] == [3, 3, 3]
 
 
 def test_a_killed_harness_leaves_no_work_dir_behind():

@@ -28,6 +28,11 @@ from pathlib import Path
 from tensorlang.data.dataset import Writer, read
 
 DEFAULT_DIR = Path("data/measured")
+# A candidate this many times slower than its task's best after one timing round is recorded then. Twice the
+# slowest quality bucket's bound (lm/data.py: Q3 is over 2x the best): no second figure could move it into
+# another bucket, nor make it the best, so the two more rounds it would get only cost time (10x until
+# this change: the 4-10x candidates of collect_speed.py's tasks took a tenth of its timing).
+SLOW_FACTOR = 4.0
 
 
 @dataclass
@@ -185,7 +190,7 @@ class _Done:
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
-            heldout_dir: str | Path | None = None, slow_factor: float | None = 10.0, model: str | Path | None = None,
+            heldout_dir: str | Path | None = None, slow_factor: float | None = SLOW_FACTOR, model: str | Path | None = None,
             model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = False,
             log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
@@ -194,7 +199,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     Tasks the split file holds out (data/split.py) are recorded in `heldout_dir` (default
     data/heldout/<name of out_dir>), never with the training data in `out_dir`.
     `slow_factor`: a candidate over that many times the task's best known latency after its first
-    timing round is recorded after that round (`runs` says how many figures stand behind a latency).
+    timing round is recorded after that round (`runs` says how many figures stand behind a latency;
+    SLOW_FACTOR says why 4).
     `model`: a tensor-language-model checkpoint whose `model_samples` candidates per task are measured too
     (after roller/random; `trials=0` for the model's alone) -- the iterate rounds of `tensorlang train`.
     `skip_heldout`: leave the held-out tasks out altogether.
@@ -439,6 +445,9 @@ def best_k(dirs: list[str | Path], task: str, target: str, k: int = 5) -> list[d
 
 
 def main_collect(args) -> int:
+    if not args.model:  # only the model's candidates need PyTorch; tvm_ffi would import it anyway (1.3 s)
+        from tensorlang.bench.worker import keep_torch_out
+        keep_torch_out()
     rpc = None
     if args.rpc:
         from tensorlang.bench.rpc import RPCConfig
