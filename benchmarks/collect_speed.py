@@ -1,17 +1,27 @@
 """Collection speed, old code against new, side by side on one host: `tensorlang collect` on the same task
-list with the same candidates, from a git worktree of an older commit and from this checkout, one after
-the other (old first, then new, then old and new again on the second half, so drift spreads evenly).
+list with the same candidates, from a git worktree of an older commit and from this checkout.
 
     .venv/bin/python benchmarks/collect_speed.py [--old COMMIT] [--trials 8] [--json benchmarks/results/collect_speed.json]
 
-Figures: wall time per `ok` record for each, their ratio (the speed-up), and for the candidates both
-measured (same task, sketch and decisions) how far their latencies agree (new / old). The new run's
-log says where a batch's time went (builds + reference, check, timing).
+The same candidates: the old code samples its own (roller, then seeded random samples); the new code
+measures exactly those (`collect --trials 0 --points-from`), and the time its own sampler takes to draw
+as many candidates for the same tasks (`candidates_for`, timed in a process of its own) is added to its
+wall time -- so both sides pay for sampling, the new one for its replay of the old points besides.
+Order: an untimed old collect first names the candidates (the old sampler is seeded per task, so its
+timed run draws them again); then old and new on the first half of the tasks, new and old on the second,
+so drift spreads evenly.
 
-`--warm-trials N`: a corpus grows by reruns with more trials, and a rerun skips what is measured. Each
-side's dataset first gets an untimed collect of N trials per task (by its own code), then the timed
-collect of --trials: only the candidates past the first N are measured, and the time a rerun spends on
-the ones it skips counts.
+Figures: wall time per `ok` record for each, their ratio (the speed-up), and for the candidates both
+measured how far their latencies agree (new / old; also over those the new code timed in full, its slow
+candidates having one figure). The new run's log says where a batch's time went (builds + reference,
+check, timing).
+
+`--own-candidates`: each side samples its own candidates (the protocol before the new code could measure
+given points; forced with `--new`, whose code may not have --points-from: `--new` equal to `--old`
+measures the noise floor). `--warm-trials N` (with --own-candidates): a corpus grows by reruns with more
+trials, and a rerun skips what is measured. Each side's dataset first gets an untimed collect of N trials
+per task (by its own code), then the timed collect of --trials: only the candidates past the first N are
+measured, and the time a rerun spends on the ones it skips counts.
 """
 from __future__ import annotations
 
@@ -42,17 +52,46 @@ TASKS = ["data/workloads/resnet50/fused_conv2d10_subtract4_divide4_expand_dims2_
          "data/workloads/resnet50/fused_conv2d12_subtract7_divide7_expand_dims1_multiply7_expand_dims1_add13_relu7.tsched"]
 
 
-def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path) -> float:
+def _env(code: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(code))  # this code's tensorlang package, the same venv
     env.pop("TENSORLANG_HOST_CPU", None)
+    return env
+
+
+def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path, points_from: Path | None = None) -> float:
+    env = _env(code)
     cmd = [sys.executable, "-m", "tensorlang", "collect", *tasks, "--target", "llvm", "--trials", str(trials),
-           "-o", str(out)]
+           "-o", str(out)] + (["--points-from", str(points_from)] if points_from else [])
     t0 = time.monotonic()
     with open(log, "a") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=code)
     if r.returncode != 0:
         raise SystemExit(f"collect failed in {code} (see {log})")
     return time.monotonic() - t0
+
+
+SAMPLING = """
+import json, sys, time
+from tensorlang import api
+from tensorlang.data.collect import candidates_for, find_tasks
+from tensorlang.space.space import Space
+trials, out = int(sys.argv[1]), {}
+for task in find_tasks(sys.argv[2:]):
+    doc = api.load_text(task.text, task.file)
+    space = Space(doc.model.ops[task.op], doc.primfunc(task.op), doc.model.targets["llvm"])
+    t0 = time.perf_counter()
+    cands, _ = candidates_for(space, task.key, trials)
+    out[task.label] = {"seconds": time.perf_counter() - t0, "candidates": len(cands)}
+print(json.dumps(out))
+"""
+
+
+def sampling_seconds(code: Path, tasks: list[str], trials: int) -> dict:
+    """What `code`'s collect spends drawing `trials` candidates per task (the Space built beforehand, as a
+    collect builds it for given points too): task label -> seconds, candidates."""
+    r = subprocess.run([sys.executable, "-c", SAMPLING, str(trials), *tasks], env=_env(code), cwd=code,
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def _sha(rev: str) -> str:
@@ -71,9 +110,14 @@ def main() -> int:
                                                 "--new equal to --old measures the noise floor")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--warm-trials", type=int, default=0,
-                    help="an untimed collect of N trials per task first, on each side (a rerun's case)")
+                    help="with --own-candidates: an untimed collect of N trials per task first, on each side (a rerun's case)")
+    ap.add_argument("--own-candidates", action="store_true",
+                    help="each side samples its own candidates (forced with --new)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "collect_speed.json"))
     args = ap.parse_args()
+    same = not (args.own_candidates or args.new)
+    if same and args.warm_trials:
+        raise SystemExit("--warm-trials needs --own-candidates")
     work = Path(tempfile.mkdtemp(prefix="collect-speed-"))
     old = work / "old"
     subprocess.run(["git", "worktree", "add", "--detach", str(old), args.old], cwd=ROOT, check=True,
@@ -87,7 +131,10 @@ def main() -> int:
         for t in TASKS:  # the old checkout has the workloads too, at the same paths
             assert (old / t).exists(), t
         halves = [TASKS[: len(TASKS) // 2], TASKS[len(TASKS) // 2:]]
-        warm = {}
+        warm, sampling = {}, {}
+        named = work / "candidates"  # same candidates: the old code's, named by an untimed old collect
+        if same:
+            run_collect(old, TASKS, named, args.trials, work / "candidates.log")
         if args.warm_trials:
             for who, code in (("old", old), ("new", new)):
                 run_collect(code, TASKS, work / f"{who}-data", args.warm_trials, work / f"{who}-warm.log")
@@ -96,29 +143,41 @@ def main() -> int:
         for i, part in enumerate(halves):
             order = ("old", "new") if i == 0 else ("new", "old")
             for who in order:
-                code = old if who == "old" else new
-                wall[who] += run_collect(code, part, work / f"{who}-data", args.trials, work / f"{who}.log")
+                if who == "old":
+                    wall[who] += run_collect(old, part, work / "old-data", args.trials, work / "old.log")
+                elif same:
+                    wall[who] += run_collect(new, part, work / "new-data", 0, work / "new.log", points_from=named)
+                else:
+                    wall[who] += run_collect(new, part, work / "new-data", args.trials, work / "new.log")
+        if same:
+            sampling = sampling_seconds(new, TASKS, args.trials)
+            wall["new"] += sum(v["seconds"] for v in sampling.values())
         recs = {who: [r for r in read(work / f"{who}-data") if point_of(r) not in warm.get(who, ())]
                 for who in ("old", "new")}  # the timed run's records
         ok = {who: {point_of(r): r for r in rs if r["status"] == "ok"} for who, rs in recs.items()}
         shared = sorted(set(ok["old"]) & set(ok["new"]))
         ratios = [ok["new"][p]["median_s"] / ok["old"][p]["median_s"] for p in shared]
+        full = [ok["new"][p]["median_s"] / ok["old"][p]["median_s"] for p in shared if ok["new"][p].get("runs", 0) > 1]
+        agreement = {name: {"candidates": len(rs),
+                            "median": round(statistics.median(rs), 3) if rs else None,
+                            "within_5pct": round(sum(abs(r - 1) <= 0.05 for r in rs) / len(rs), 3) if rs else None,
+                            "p10": round(sorted(rs)[len(rs) // 10], 3) if rs else None,
+                            "p90": round(sorted(rs)[len(rs) * 9 // 10], 3) if rs else None}
+                     for name, rs in (("all", ratios), ("timed_in_full", full))}
         per_record = {who: wall[who] / max(len(ok[who]), 1) for who in wall}
         runs = [r.get("runs") for r in recs["new"] if r["status"] == "ok"]
         report = {
             "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
             "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials,
+            "same_candidates": same,
+            "new_sampling_s": round(sum(v["seconds"] for v in sampling.values()), 2) if same else None,
             "warm_trials": args.warm_trials, "warm_records": {k: len(v) for k, v in warm.items()}, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},
             "records": {who: len(rs) for who, rs in recs.items()}, "ok_records": {who: len(v) for who, v in ok.items()},
             "s_per_ok_record": {k: round(v, 2) for k, v in per_record.items()},
             "speedup": round(per_record["old"] / per_record["new"], 2),
             "shared_candidates": len(shared),
-            "latency_ratio_new_over_old": {
-                "median": round(statistics.median(ratios), 3) if ratios else None,
-                "within_5pct": round(sum(abs(r - 1) <= 0.05 for r in ratios) / len(ratios), 3) if ratios else None,
-                "p10": round(sorted(ratios)[len(ratios) // 10], 3) if ratios else None,
-                "p90": round(sorted(ratios)[len(ratios) * 9 // 10], 3) if ratios else None},
+            "latency_ratio_new_over_old": agreement,
             "new_runs_per_record": {str(k): runs.count(k) for k in sorted(set(runs), key=str)},
             "new_log": (work / "new.log").read_text().splitlines()[-40:],
         }
@@ -128,10 +187,11 @@ def main() -> int:
     print(f"{'':8} {'wall s':>8} {'ok records':>11} {'s / ok record':>14}")
     for who in ("old", "new"):
         print(f"{who:8} {report['wall_s'][who]:>8} {report['ok_records'][who]:>11} {report['s_per_ok_record'][who]:>14}")
-    lr = report["latency_ratio_new_over_old"]
-    print(f"speed-up {report['speedup']}x; {len(shared)} candidates measured by both: latency new/old median "
-          f"{lr['median']}, p10 {lr['p10']}, p90 {lr['p90']}, {lr['within_5pct']} within 5 %  "
-          f"(host {report['machine']['llvm_mcpu']})")
+    print(f"speed-up {report['speedup']}x (host {report['machine']['llvm_mcpu']}"
+          + (f"; the new side's wall includes {report['new_sampling_s']} s of its own sampling)" if same else ")"))
+    for name, lr in report["latency_ratio_new_over_old"].items():
+        print(f"  latency new/old, {lr['candidates']} candidates ({name}): median {lr['median']}, p10 {lr['p10']}, "
+              f"p90 {lr['p90']}, {lr['within_5pct']} within 5 %")
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0

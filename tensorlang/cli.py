@@ -527,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also measure this tensor-language-model checkpoint's candidates per task (--trials 0: only them)")
     co.add_argument("--model-samples", type=int, default=8, metavar="K",
                     help="the model's distinct candidates per task: its one-pass schedule, then seeded samples (default 8)")
+    co.add_argument("--points-from", metavar="DIR",
+                    help="also measure the points of this dataset's records of each task (another CPU's, another "
+                         "collect's; --trials 0: only them)")
+    co.add_argument("--points-top", type=int, default=0, metavar="K",
+                    help="with --points-from: each machine's K fastest correct records per task (default 0: all)")
     co.add_argument("--skip-heldout", action="store_true", help="leave the held-out tasks out altogether")
     co.add_argument("--order", choices=["files", "fewest-records", "interleave"], default="files",
                     help="fewest-records: the tasks with the fewest records timed on this machine first; interleave: "

@@ -485,3 +485,68 @@ def test_a_second_writer_of_a_dataset_is_refused_until_the_first_closes(tmp_path
     killed.kill()
     killed.wait()
     assert subprocess.run(probe, cwd=ROOT).returncode == 0  # a dead writer's lock is gone with it
+
+
+def _points_dataset(root, space, key, v1_key):
+    """Records of `space`'s first samples on two machines, with made-up latencies: machine A's i-th sample
+    takes (i + 1) ms, B's (8 - i) ms; A's last one is stored under sentences v1 (its v1 task hash), and one
+    more record holds a point outside the space."""
+    from tensorlang.data.collect import candidates_for
+    cands, _ = candidates_for(space, key, 4)
+    w = dataset.Writer(root)
+    for m, latency in (("A", lambda i: (i + 1) * 1e-3), ("B", lambda i: (8 - i) * 1e-3)):
+        for i, (policy, p) in enumerate(cands):
+            v1 = m == "A" and i == len(cands) - 1
+            w.append({"key": f"{m}{i}", "task": {"hash": v1_key if v1 else key}, "machine": m, "policy": policy,
+                      "status": "ok", "median_s": latency(i), "sketch": p.sketch,
+                      "decisions": [list(d) if isinstance(d, tuple) else d for d in p.decisions],
+                      "sentence": "v1 ..." if v1 else " ".join(__import__("tensorlang.space.sentence", fromlist=["x"])
+                                                                .version_tokens())})
+    bad = [list(d) if isinstance(d, tuple) else d for d in cands[0][1].decisions][:-1]  # a decision short
+    w.append({"key": "bad", "task": {"hash": key}, "machine": "A", "policy": "random", "status": "ok",
+              "median_s": 5e-4, "sketch": cands[0][1].sketch, "decisions": bad, "sentence": ""})
+    w.close()
+    return [(p.sketch, p.decisions) for _, p in cands]
+
+
+def test_recorded_points_are_each_machines_fastest_replayed_in_full(tmp_path):
+    """--points-from: the records' points replayed in today's space (the v1 record's by its v1 task hash),
+    each machine's K fastest, fastest first; a point the space does not hold is left out with its reason."""
+    from tensorlang import api
+    from tensorlang.data.collect import RecordedPoints, task_hash
+    from tensorlang.data.reencode import v1_hash
+    from tensorlang.space.space import Space
+    doc = api.load(ROOT / "examples" / "softmax.tsched")
+    space = Space(doc.model.ops["softmax"], doc.primfunc("softmax"), doc.model.targets["cpu"])
+    key = task_hash(space)
+    points = _points_dataset(tmp_path / "d", space, key, v1_hash(space.op))
+    every, refused = RecordedPoints(tmp_path / "d").candidates(space, key)
+    assert [(p.sketch, p.decisions) for _, p in every] == points  # B's repeat A's: each point once
+    assert all(p.stmts for _, p in every) and [pol for pol, _ in every] == ["roller"] + ["random"] * 3
+    assert len(refused) == 1 and refused[0].startswith("bad (random, A): IndexError")
+    top, _ = RecordedPoints(tmp_path / "d", top=1).candidates(space, key)
+    # the bad record is A's fastest (0.5 ms) and is refused; then B's fastest (its last sample, 5 ms)
+    assert [(p.sketch, p.decisions) for _, p in top] == [points[3]]
+    top2, _ = RecordedPoints(tmp_path / "d", top=2).candidates(space, key)
+    assert [(p.sketch, p.decisions) for _, p in top2] == [points[0], points[3], points[2]]
+
+
+def test_collect_measures_the_points_of_another_dataset(tmp_path):
+    """collect --trials 0 --points-from DIR measures exactly DIR's candidates (same sketch and decisions,
+    the records' policies), and a rerun measures none again."""
+    tasks, env = rowsum_tasks(tmp_path)
+    first, second = tmp_path / "first", tmp_path / "second"
+    base = [sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--repeat", "1",
+            "--min-repeat-ms", "5"]
+    r = subprocess.run(base + ["--trials", "3", "-o", str(first)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    cmd = base + ["--trials", "0", "--points-from", str(first), "-o", str(second)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+    def points(d):
+        return sorted((x["policy"], x["sketch"], json.dumps(x["decisions"])) for x in dataset.read(d))
+    assert len(points(first)) == 3 and points(second) == points(first)
+    assert all(x["status"] == "ok" for x in dataset.read(second))
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert "'written': 0" in again.stdout and "'skipped': 3" in again.stdout

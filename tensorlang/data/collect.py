@@ -167,6 +167,58 @@ def model_candidates(space, generator, samples: int, seed: int) -> list:
     return [(f"tlm:{generator.name}" + (":sample" if n else ""), out.point) for n, out in enumerate(outs)]
 
 
+class RecordedPoints:
+    """The points of another dataset's records, by task: `collect --points-from DIR` measures them here --
+    another CPU's fastest schedules on this one (a new host starts from what was fast elsewhere), or
+    exactly the candidates another collect measured (benchmarks/collect_speed.py: old code and new on the
+    same candidates). `top` > 0: each machine's `top` fastest correct records per task (latencies of two
+    CPUs are not ranked together), fastest first; 0: every record, in the dataset's order. Records made
+    under sentences v1 are matched by their v1 task hash; their stored (sketch, decisions) are points of
+    today's space as they were (data/reencode.py)."""
+
+    def __init__(self, root: str | Path, top: int = 0):
+        from collections import defaultdict
+        self.top = top
+        self.by_task: dict[str, list[dict]] = defaultdict(list)
+        for rec in read(root):
+            if top <= 0 or (rec["status"] == "ok" and rec.get("median_s")):
+                self.by_task[rec["task"]["hash"]].append(rec)
+
+    def records(self, space, task_key: str) -> list[dict]:
+        from tensorlang.data.reencode import is_current, v1_hash
+        recs = list(self.by_task.get(task_key, ()))
+        recs += [r for r in self.by_task.get(v1_hash(space.op), ()) if not is_current(r)]
+        if self.top <= 0:
+            return recs
+        per_machine: dict[str, list[dict]] = {}
+        for r in sorted(recs, key=lambda r: r["median_s"]):
+            per_machine.setdefault(r["machine"], []).append(r)
+        return sorted((r for rs in per_machine.values() for r in rs[:self.top]), key=lambda r: r["median_s"])
+
+    def candidates(self, space, task_key: str) -> tuple[list, list[str]]:
+        """-> ([(policy, point)], [why a record's point was left out]); a point is replayed in full
+        (postprocessors, statements), as a sample is."""
+        from tensorlang.space.space import Infeasible
+        out, refused, seen = [], [], set()
+        for rec in self.records(space, task_key):
+            sketch = rec["sketch"]
+            decisions = tuple(tuple(d) if isinstance(d, list) else d for d in rec["decisions"])
+            if (sketch, decisions) in seen:
+                continue
+            seen.add((sketch, decisions))
+            try:
+                point = space.replay(sketch, lambda _, made, d=decisions: d[len(made)])
+            except (Infeasible, IndexError, ValueError) as e:
+                refused.append(f"{rec['key'][:12]} ({rec['policy']}, {rec['machine']}): {type(e).__name__}: "
+                               f"{str(e)[:120]}")
+                continue
+            if (point.sketch, point.decisions) != (sketch, decisions):
+                refused.append(f"{rec['key'][:12]} ({rec['policy']}, {rec['machine']}): replays to another point")
+                continue
+            out.append((rec["policy"], point))
+        return out, refused
+
+
 class CollectRefused(Exception):
     """Measurements must not be recorded now (see machine.recording_refused)."""
 
@@ -192,7 +244,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
             heldout_dir: str | Path | None = None, slow_factor: float | None = SLOW_FACTOR, model: str | Path | None = None,
             model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = False,
-            log=print) -> dict:
+            points_from: str | Path | None = None, points_top: int = 0, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
@@ -207,6 +259,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     `order`: "files" (the files' order) or "fewest-records" (the tasks with the fewest records timed on this
     machine first, then the files' order): a budgeted run then widens the corpus -- or, for the model's
     rounds, moves on to other tasks -- instead of measuring the same first files again.
+    `points_from`: a dataset whose records' points are measured too (RecordedPoints: with `points_top` K,
+    each machine's K fastest per task; `trials=0` for them alone).
     `joint_builds`: a batch's candidates compiled together, a group per build worker (Harness.measure); each
     record's `build_group` says how many shared its build. Off by default: it halves the build time of 8 small
     kernels in one process, but on benchmarks/collect_speed.py's tasks the whole collect was no faster (0.87x
@@ -232,6 +286,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
         from tensorlang.lm.generate import Generator
         generator = Generator(model)
         log(f"collect: {model_samples} candidates per task from {generator.name} ({model})")
+    recorded = RecordedPoints(points_from, points_top) if points_from is not None else None
     writer = Writer(out_dir)
     heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
     heldout_dir = Path(heldout_dir or Path("data/heldout") / Path(out_dir).name)
@@ -285,6 +340,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
                 except Exception as e:  # one task the model cannot decode must not stop the collection
                     log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
+            if recorded is not None:
+                theirs, refused = recorded.candidates(space, tkey)
+                cands += theirs
+                for why in refused:
+                    log(f"  {task.label}: a point of {points_from} left out: {why}")
             ms_key = f"{tkey}|{target}|{machine}"
             if ms_done is not None and ms_key not in ms_done.keys and measured_whole(space, counts.get(tkey, 0)):
                 log(f"  [{n + 1}/{len(tasks)}] {task.label}: every point of the space is measured; no MetaSchedule")
@@ -461,6 +521,7 @@ def main_collect(args) -> int:
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
                           skip_heldout=args.skip_heldout, order=args.order, joint_builds=args.joint_builds,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
+                          points_from=args.points_from, points_top=args.points_top,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:
         print(f"tensorlang collect: {e}", file=sys.stderr)
