@@ -492,6 +492,7 @@ def _points_dataset(root, space, key, v1_key):
     takes (i + 1) ms, B's (8 - i) ms; A's last one is stored under sentences v1 (its v1 task hash), and one
     more record holds a point outside the space."""
     from tensorlang.data.collect import candidates_for
+    from tensorlang.space.sentence import version_tokens
     cands, _ = candidates_for(space, key, 4)
     w = dataset.Writer(root)
     for m, latency in (("A", lambda i: (i + 1) * 1e-3), ("B", lambda i: (8 - i) * 1e-3)):
@@ -500,8 +501,7 @@ def _points_dataset(root, space, key, v1_key):
             w.append({"key": f"{m}{i}", "task": {"hash": v1_key if v1 else key}, "machine": m, "policy": policy,
                       "status": "ok", "median_s": latency(i), "sketch": p.sketch,
                       "decisions": [list(d) if isinstance(d, tuple) else d for d in p.decisions],
-                      "sentence": "v1 ..." if v1 else " ".join(__import__("tensorlang.space.sentence", fromlist=["x"])
-                                                                .version_tokens())})
+                      "sentence": "v1 ..." if v1 else " ".join(version_tokens())})
     bad = [list(d) if isinstance(d, tuple) else d for d in cands[0][1].decisions][:-1]  # a decision short
     w.append({"key": "bad", "task": {"hash": key}, "machine": "A", "policy": "random", "status": "ok",
               "median_s": 5e-4, "sketch": cands[0][1].sketch, "decisions": bad, "sentence": ""})

@@ -30,8 +30,7 @@ from tensorlang.data.dataset import Writer, read
 DEFAULT_DIR = Path("data/measured")
 # A candidate this many times slower than its task's best after one timing round is recorded then. Twice the
 # slowest quality bucket's bound (lm/data.py: Q3 is over 2x the best): no second figure could move it into
-# another bucket, nor make it the best, so the two more rounds it would get only cost time (10x until
-# this change: the 4-10x candidates of collect_speed.py's tasks took a tenth of its timing).
+# another bucket, nor make it the best, so the two more rounds it would get only cost time (it was 10x).
 SLOW_FACTOR = 4.0
 
 
