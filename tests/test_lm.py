@@ -761,3 +761,30 @@ def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):
         train("finetune", tmp_path / "out", init=old, lock=False)
     assert not (tmp_path / "out").exists()
     Generator(M.DEFAULT_DIR)  # today's is accepted
+
+
+def test_a_sample_the_postprocessors_refuse_costs_an_attempt_not_the_others(monkeypatch):
+    """RegNetY's grouped conv2d2 with the shipped model: a sample (seed 0) whose compute-at site the
+    DisallowDynamicLoop postprocessor refuses at the finish -- a gap in the decoder's mask -- is left out;
+    `tlm:8` used to fail the whole operator on it. The others come back, each a legal point."""
+    from tensorlang import api
+    from tensorlang.lm.generate import Generator
+    from tensorlang.space.space import Infeasible, Space
+    doc = api.load(ROOT / "data/workloads/regnety-400mf/fused_conv2d2_subtract2_divide2_expand_dims1_multiply2_"
+                          "expand_dims1_add4_relu2.tsched")
+    op = next(iter(doc.model.ops))
+    space = Space(doc.model.ops[op], doc.primfunc(op), api.resolve_target(doc, "llvm"))
+    refused, replay = [], space.replay
+
+    def counted(*a, **kw):
+        try:
+            return replay(*a, **kw)
+        except Infeasible as e:
+            refused.append(str(e))
+            raise
+    monkeypatch.setattr(space, "replay", counted)
+    outs = Generator(ROOT / "tensorlang/lm/checkpoints/default").sample(space, 8, seed=0)
+    assert any("DisallowDynamicLoop" in r for r in refused)
+    assert 2 <= len(outs) <= 8 and len({(o.point.sketch, o.point.decisions) for o in outs}) == len(outs)
+    for o in outs:
+        replay(o.point.sketch, lambda _, made, d=o.point.decisions: d[len(made)], convert=False)

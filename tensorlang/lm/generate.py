@@ -399,6 +399,8 @@ class Generator:
         import copy
 
         import torch
+
+        from tensorlang.space.space import Infeasible
         outs = [self._one_pass(space, constraints, num_beams)]
         seen = {(outs[0].point.sketch, tuple(outs[0].point.decisions))}
         if k <= 1:
@@ -424,7 +426,13 @@ class Generator:
                         continue
                     seen.add(key)
                     t1 = time.perf_counter()
-                    point = nt.finish()
+                    try:
+                        point = nt.finish()
+                    except Infeasible:
+                        # A known gap in the decoder's mask: the postprocessors' DisallowDynamicLoop can refuse a
+                        # sampled compute-at site on some grouped-conv tilings (RegNetY's conv2d2/17/22). One such
+                        # sample costs an attempt, not the other candidates; the one-pass schedule was not one.
+                        continue
                 finally:
                     nt.close()
                 outs.append(Output(point, list(tokens), steps + 1, free, forced + forced0,
