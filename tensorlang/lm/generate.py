@@ -430,7 +430,7 @@ class Generator:
                         point = nt.finish()
                     except Infeasible:
                         # A known gap in the decoder's mask: the postprocessors' DisallowDynamicLoop can refuse a
-                        # sampled compute-at site on some grouped-conv tilings (RegNetY's conv2d2/17/22). One such
+                        # sampled compute-at site on some grouped-conv tilings (RegNetY's conv2d2/8/17/22). One such
                         # sample costs an attempt, not the other candidates; the one-pass schedule was not one.
                         continue
                 finally:
