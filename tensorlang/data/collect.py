@@ -196,25 +196,18 @@ class RecordedPoints:
 
     def candidates(self, space, task_key: str) -> tuple[list, list[str]]:
         """-> ([(policy, point)], [why a record's point was left out]); a point is replayed in full
-        (postprocessors, statements), as a sample is."""
-        from tensorlang.space.space import Infeasible
+        (postprocessors, statements) by `data verify`'s replay, which says why one is not legal."""
+        from tensorlang.data.corpus_check import Rejected, decisions_of, replay_in_full
         out, refused, seen = [], [], set()
         for rec in self.records(space, task_key):
-            sketch = rec["sketch"]
-            decisions = tuple(tuple(d) if isinstance(d, list) else d for d in rec["decisions"])
+            sketch, decisions = decisions_of(space, rec)
             if (sketch, decisions) in seen:
                 continue
             seen.add((sketch, decisions))
             try:
-                point = space.replay(sketch, lambda _, made, d=decisions: d[len(made)])
-            except (Infeasible, IndexError, ValueError) as e:
-                refused.append(f"{rec['key'][:12]} ({rec['policy']}, {rec['machine']}): {type(e).__name__}: "
-                               f"{str(e)[:120]}")
-                continue
-            if (point.sketch, point.decisions) != (sketch, decisions):
-                refused.append(f"{rec['key'][:12]} ({rec['policy']}, {rec['machine']}): replays to another point")
-                continue
-            out.append((rec["policy"], point))
+                out.append((rec["policy"], replay_in_full(space, sketch, decisions)))
+            except Rejected as e:
+                refused.append(f"{rec['key'][:12]} ({rec['policy']}, {rec['machine']}): {str(e)[:160]}")
         return out, refused
 
 

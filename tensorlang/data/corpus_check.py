@@ -40,7 +40,7 @@ class Rejected(Exception):
     pass
 
 
-def _decisions_of(space, rec: dict) -> tuple[int, tuple]:
+def decisions_of(space, rec: dict) -> tuple[int, tuple]:
     """(sketch, decisions) of a record: stored, or read off its sentence's schedule part."""
     if "sketch" in rec and "decisions" in rec:
         return rec["sketch"], tuple(tuple(d) if isinstance(d, list) else d for d in rec["decisions"])
@@ -97,7 +97,7 @@ def verify(dirs: list[str | Path], per_task: int = 1, seed: int = 0, log=print) 
             continue
         for rec in sample:
             try:
-                sketch, decisions = _decisions_of(space, rec)
+                sketch, decisions = decisions_of(space, rec)
                 replay_in_full(space, sketch, decisions)
             except Rejected as e:
                 rep.rejected.append((label, target, rec.get("sketch"), str(e)[:300]))
