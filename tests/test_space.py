@@ -423,3 +423,57 @@ def test_pipelined_sketches_keep_their_pipelined_loop():
         with space.ctx.target:
             assert all(p.apply(sch) for p in space.postprocs if p is not verify)
             assert not verify.apply(s_tir.Schedule(sch.mod))
+
+
+GROUPED_CONV = ("target cpu = llvm()\n\n"
+                "op gconv(X: f32[1, 24, 16, 16], W: f32[24, 8, 3, 3]) -> Y: f32[1, 24, 8, 8] {\n"
+                "    P: f32[1, 24, 18, 18]\n"
+                "    P[n, c, h, w] = X[n, c, h - 1, w - 1] if 1 <= h < 17 and 1 <= w < 17 else 0.0\n"
+                "    Y[n, f, y, x] += P[n, f // 8 * 8 + rc, y * 2 + ry, x * 2 + rx] * W[f, rc, ry, rx]\n}\n")
+
+
+def test_no_compute_at_site_leaves_a_loop_of_varying_extent():
+    """A grouped convolution reads its padded input through `f // 8 * 8 + rc`: under a tile of 6 output
+    channels, which straddles the groups of 8, P computed at the outer channel loop would run a loop
+    whose extent varies with that loop -- TVM's SampleComputeLocation offers the site, its postprocessor
+    DisallowDynamicLoop refuses the schedule (15 of 100 uniform samples of this operator, 44 of 200 of
+    RegNetY's conv2d2, before the probes checked extents). Such a site is not in the domain, the same site
+    under a tile of 8 is, and the decision is never answered from another replay's facts (SiteFacts)."""
+    from tensorlang.space import sentence as S
+    doc = api.load_text(GROUPED_CONV)
+    space = Space(doc.model.ops["gconv"], doc.primfunc("gconv"), doc.model.targets["cpu"])
+    points, rejections = space.sample(30, seed=0)
+    assert rejections == 0 and len(points) == 30
+
+    def replayed(f_tile):
+        """The point with this channel tile (the rest fixed), P at f_0 where legal; and its site decision."""
+        before = ((1, 1, 1, 1), f_tile, (2, 1, 1, 4), (2, 1, 1, 4), (1, 8), (1, 3), (1, 3), 0)
+        seen = []
+
+        def choose(point, made):
+            if len(made) < len(before):
+                return before[len(made)]
+            seen.append(point)
+            return 1 if 1 in point.domain else point.domain[0]
+        return space.replay(0, choose, convert=False), seen[0]  # with the postprocessors
+    (aligned, at_f0), (straddling, not_at_f0) = replayed((3, 8, 1, 1)), replayed((4, 6, 1, 1))
+    assert "f_0" in at_f0.sites and 1 in at_f0.domain and aligned.decisions[-1] == 1
+    assert "f_0" not in not_at_f0.sites
+    assert not at_f0.rule.affine and S.SiteFacts.of(at_f0) is None
+    # A decoder that has met the aligned point does not answer the straddling one's site from it (the same
+    # unit factors, so the same shape key and coarse key): P at f_0 after the tile of 6 is not a legal sentence.
+    decoder = Space(doc.model.ops["gconv"], doc.primfunc("gconv"), doc.model.targets["cpu"])
+    for p in (aligned, *points):
+        nt = S.NextTokens(decoder)
+        for tok in S.split(S.encode(space, p))[1]:
+            nt.push(tok)
+        assert nt.finish().decisions == p.decisions
+        nt.close()
+    ta, ts = S.split(S.encode(space, aligned))[1], S.split(S.encode(space, straddling))[1]
+    at = ts.index("LOC") + 2  # LOC <block placed>, then the site: `t3 L1 .0` is f_0
+    assert ta[at:at + 3] == ["t3", "L1", ".0"]
+    nt = S.NextTokens(decoder)
+    with pytest.raises(S.SentenceError):
+        for tok in ts[:at] + ta[at:]:
+            nt.push(tok)
+    nt.close()

@@ -429,9 +429,8 @@ class Generator:
                     try:
                         point = nt.finish()
                     except Infeasible:
-                        # A known gap in the decoder's mask: the postprocessors' DisallowDynamicLoop can refuse a
-                        # sampled compute-at site on some grouped-conv tilings (RegNetY's conv2d2/8/17/22). One such
-                        # sample costs an attempt, not the other candidates; the one-pass schedule was not one.
+                        # Where the postprocessors alone decide (a GPU sketch without a model of its limits:
+                        # Space.refusal_free) a sample can be refused: it costs an attempt, not the others.
                         continue
                 finally:
                     nt.close()

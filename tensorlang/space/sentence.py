@@ -506,7 +506,8 @@ _INERT = {("UNROLL",), ("UNROLL_IMPLICIT",), ("UNUSED",)}  # categoricals that o
 def shape_key(space: Space, sketch: int, decisions) -> tuple:
     """What a compute-at decision's sites depend on, of the decisions before it: the earlier sites, which
     tile factors are 1 (TVM skips unit loops), the categoricals that shape loops -- not the other factors
-    (loop extents) nor unroll steps. A decoder's later schedules of one operator meet each compute-at
+    (loop extents) nor unroll steps -- unless the consumer reads the block through non-affine indices
+    (SiteRule.affine), and such a decision is not answered by its key. A decoder's later schedules of one operator meet each compute-at
     decision under a few such keys, and NextTokens answers them without a replay (checked against the
     replay whenever one runs, and in tests against replays of sampled points of every workload)."""
     facts = _facts(space, sketch)
@@ -730,7 +731,10 @@ def _distinct(seqs: list[tuple[tuple, object]]) -> list[tuple[tuple, object]]:
 
 # ------------------------------------------------- compute-at sites derived
 # A compute-at decision's sites depend on the tile factors before it only through which of its
-# consumer's loops run once: TVM skips those as sites and counts them data-parallel. Everything else
+# consumer's loops run once: TVM skips those as sites and counts them data-parallel -- when the consumer
+# reads the block through affine indices (SiteRule.affine; a grouped conv's `c // 8 * 8` makes a site's
+# legality depend on whether the channel tile divides the group, and such a decision is always replayed).
+# Everything else
 # -- which loops exist, which iterators' bindings use each (unit loops included), the kind of each loop
 # that runs more than once, where compute_at is legal -- is the structure the other decisions (earlier
 # sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts,
@@ -749,7 +753,8 @@ class SiteFacts:
 
     @staticmethod
     def of(point: DecisionPoint) -> SiteFacts | None:
-        if point.kind != LOCATION or point.rule is None or point.sources is None or not point.consumer_loops:
+        if (point.kind != LOCATION or point.rule is None or not point.rule.affine or point.sources is None
+                or not point.consumer_loops):  # not affine: a site's legality depends on the factors' values
             return None
         n = len(point.rule.kinds)
         facts = SiteFacts(point, [None] * n, [None] * n, (), set())
@@ -761,7 +766,7 @@ class SiteFacts:
             return False
         rule, chain = point.rule, list(point.consumer_loops)
         users = consumer_users(point)
-        if (users is None or point.sources != self.point.sources or rule.inline != self.point.rule.inline
+        if (users is None or not rule.affine or point.sources != self.point.sources or rule.inline != self.point.rule.inline
                 or len(rule.kinds) != len(self.kinds)):
             self.consistent = False
             return False
@@ -1390,7 +1395,8 @@ class NextTokens:
         assumed = self._assumed.get(k)
         if assumed is point:  # handed to the replay as known: not a check (finish() replays without it)
             return
-        _info(self.space)["shapes"].setdefault(shape_key(self.space, self.sketch, self.decisions[:k]), point)
+        if point.rule is None or point.rule.affine:  # else its sites depend on the factors' values too
+            _info(self.space)["shapes"].setdefault(shape_key(self.space, self.sketch, self.decisions[:k]), point)
         remember_sites(self.space, self.sketch, self.decisions[:k], point)
         if assumed is None:
             return

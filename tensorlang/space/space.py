@@ -245,10 +245,55 @@ class SiteRule:
     """What a compute-at decision's sites were decided by (Space.location_rule), besides which loops run
     once: whether the block can be inlined and, per loop of its first consumer down to the consumers'
     lowest common ancestor, the loop's iteration type (TVM's GetLoopIterType) and whether compute_at
-    there is legal (None: not asked)."""
+    there is legal (None: not asked). affine: the consumers reach the block's buffer through affine
+    indices of their loops, so whether a site is legal does not depend on the tile factors' values;
+    False where it can (a grouped conv's `c // 8 * 8` read: a channel tile that does not divide the group
+    leaves the computed region's extent varying), and then no other replay's facts answer for it."""
     inline: bool
     kinds: tuple
     legal: tuple
+    affine: bool = True
+
+
+def _affine(e) -> bool:
+    """`e` is an affine form of variables with integer coefficients (the only indices whose region, relaxed
+    over loops of constant extents, has a constant extent)."""
+    from tvm import tirx
+    if isinstance(e, (tirx.Var, tirx.IntImm)):
+        return True
+    if isinstance(e, (tirx.Add, tirx.Sub)):
+        return _affine(e.a) and _affine(e.b)
+    if isinstance(e, tirx.Mul):
+        return (isinstance(e.a, tirx.IntImm) and _affine(e.b)) or (isinstance(e.b, tirx.IntImm) and _affine(e.a))
+    return False
+
+
+def _realize_of(sch, block_rv):
+    """The SBlockRealize of a block (its iterators' bindings), found under its parent."""
+    from tensorlang.lower import tir
+    block = sch.get(block_rv)
+    parent = sch.get_sref(block_rv).parent
+    return next((r for r, _ in tir.block_realizes(parent.stmt) if r.block.same_as(block)), None)
+
+
+def _reads_affine(consumer_realize, buffers) -> bool:
+    """The consumer's bindings and its reads of `buffers` are affine (see SiteRule.affine)."""
+    if consumer_realize is None:
+        return False
+    block = consumer_realize.block
+    if not all(_affine(v) for v in consumer_realize.iter_values):
+        return False
+    return all(_affine(r.min) and _int(r.extent) is not None
+               for region in block.reads if any(region.source.same_as(b) for b in buffers) for r in region.region)
+
+
+def _compute_at_static(sch, block, loop_rv) -> None:
+    """compute_at as SampleComputeLocation's sites are used -- refused, as the postprocessor
+    DisallowDynamicLoop refuses the schedule, where a loop it makes has no constant extent."""
+    sch.compute_at(block, loop_rv, preserve_unit_loops=True)
+    for rv in sch.get_loops(block):
+        if _int(sch.get(rv).extent) is None:
+            raise ValueError("a loop of non-constant extent")
 
 
 def runs_once(loop) -> bool:
@@ -492,7 +537,9 @@ class Space:
         down to the consumers' lowest common ancestor -- skipping unit loops, stopping at a data-parallel
         loop after a reduction one and before trailing reduction ones -- where compute_at is legal.
         Each legality is asked of TVM once, on a copy of the schedule (TVM's sampler would redo the
-        whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad).
+        whole collection for every site asked about, quadratic in the loops: 84 ms for a conv2d's pad);
+        a site where the block's loops would have no constant extent is not legal (TVM's sampler offers
+        it, the postprocessor DisallowDynamicLoop refuses the schedule).
         Returns the facts decided by (SiteRule) and the sites; probe_all: ask about every loop that runs
         more than once, also those the rule stops before."""
         from tvm.s_tir import ScheduleError
@@ -531,14 +578,16 @@ class Space:
 
         def ask(i: int) -> bool:
             if asked[i] is None:
-                asked[i] = legal(lambda t, rv=loop_rvs[i]: t.compute_at(block, rv, preserve_unit_loops=True))
+                asked[i] = legal(lambda t, rv=loop_rvs[i]: _compute_at_static(t, block, rv))
             return asked[i]
         if probe_all:
             for i in range(n_candidates):
                 if not units[i]:
                     ask(i)
         domain = candidate_sites(inline, kinds, units, ask)
-        return SiteRule(inline, kinds, tuple(asked)), domain
+        buffers = [w.source for w in fast.get(block).writes]
+        affine = all(_reads_affine(_realize_of(fast, c), buffers) for c in consumers)
+        return SiteRule(inline, kinds, tuple(asked), affine), domain
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, seed: int = 0, max_rejections: int = 1000) -> tuple[list[Point], int]:
