@@ -576,17 +576,22 @@ class Space:
         units = tuple(runs_once(loop) for loop in loops[:n_candidates])
         asked: list = [None] * n_candidates
 
+        # Affine reads over loops of constant extents give regions of constant extent: only a block read
+        # otherwise needs its loops' extents checked after compute_at.
+        buffers = [w.source for w in fast.get(block).writes]
+        affine = all(_reads_affine(_realize_of(fast, c), buffers) for c in consumers)
+        compute_at = ((lambda t, rv: t.compute_at(block, rv, preserve_unit_loops=True)) if affine
+                      else (lambda t, rv: _compute_at_static(t, block, rv)))
+
         def ask(i: int) -> bool:
             if asked[i] is None:
-                asked[i] = legal(lambda t, rv=loop_rvs[i]: _compute_at_static(t, block, rv))
+                asked[i] = legal(lambda t, rv=loop_rvs[i]: compute_at(t, rv))
             return asked[i]
         if probe_all:
             for i in range(n_candidates):
                 if not units[i]:
                     ask(i)
         domain = candidate_sites(inline, kinds, units, ask)
-        buffers = [w.source for w in fast.get(block).writes]
-        affine = all(_reads_affine(_realize_of(fast, c), buffers) for c in consumers)
         return SiteRule(inline, kinds, tuple(asked), affine), domain
 
     # ------------------------------------------------------------ sampling
