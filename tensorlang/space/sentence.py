@@ -506,10 +506,11 @@ _INERT = {("UNROLL",), ("UNROLL_IMPLICIT",), ("UNUSED",)}  # categoricals that o
 def shape_key(space: Space, sketch: int, decisions) -> tuple:
     """What a compute-at decision's sites depend on, of the decisions before it: the earlier sites, which
     tile factors are 1 (TVM skips unit loops), the categoricals that shape loops -- not the other factors
-    (loop extents) nor unroll steps -- unless the consumer reads the block through non-affine indices
-    (SiteRule.affine), and such a decision is not answered by its key. A decoder's later schedules of one operator meet each compute-at
+    (loop extents) nor unroll steps. A decoder's later schedules of one operator meet each compute-at
     decision under a few such keys, and NextTokens answers them without a replay (checked against the
-    replay whenever one runs, and in tests against replays of sampled points of every workload)."""
+    replay whenever one runs, and in tests against replays of sampled points of every workload) --
+    except a decision whose consumer reads the block through non-affine indices (SiteRule.affine), whose
+    sites depend on the factors' values too: it is never remembered by its key."""
     facts = _facts(space, sketch)
     out = []
     for k, v in enumerate(decisions):
@@ -731,13 +732,12 @@ def _distinct(seqs: list[tuple[tuple, object]]) -> list[tuple[tuple, object]]:
 
 # ------------------------------------------------- compute-at sites derived
 # A compute-at decision's sites depend on the tile factors before it only through which of its
-# consumer's loops run once: TVM skips those as sites and counts them data-parallel -- when the consumer
-# reads the block through affine indices (SiteRule.affine; a grouped conv's `c // 8 * 8` makes a site's
-# legality depend on whether the channel tile divides the group, and such a decision is always replayed).
-# Everything else
-# -- which loops exist, which iterators' bindings use each (unit loops included), the kind of each loop
-# that runs more than once, where compute_at is legal -- is the structure the other decisions (earlier
-# sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts,
+# consumer's loops run once: TVM skips those as sites and counts them data-parallel. (Where the consumer
+# reads the block through affine indices, SiteRule.affine: a grouped conv's `c // 8 * 8` makes a site's
+# legality depend on whether the channel tile divides the group, and such a decision is always replayed.)
+# Everything else -- which loops exist, which iterators' bindings use each (unit loops included), the kind
+# of each loop that runs more than once, where compute_at is legal -- is the structure the other decisions
+# (earlier sites, shaping categoricals) fix. So the replays that met a decision under one coarse key (SiteFacts,
 # merged) answer it for every unit pattern whose running loops ran in one of them. Merging checks that the replays
 # agree on each loop's facts (a key where they would not is never answered so); every site derived is
 # checked against a full replay when the schedule is finished (NextTokens._met); tests compare them on
@@ -766,8 +766,8 @@ class SiteFacts:
             return False
         rule, chain = point.rule, list(point.consumer_loops)
         users = consumer_users(point)
-        if (users is None or not rule.affine or point.sources != self.point.sources or rule.inline != self.point.rule.inline
-                or len(rule.kinds) != len(self.kinds)):
+        if (users is None or not rule.affine or point.sources != self.point.sources
+                or rule.inline != self.point.rule.inline or len(rule.kinds) != len(self.kinds)):
             self.consistent = False
             return False
         if self.users and users != self.users:
