@@ -766,8 +766,8 @@ class SiteFacts:
             return False
         rule, chain = point.rule, list(point.consumer_loops)
         users = consumer_users(point)
-        if (users is None or not rule.affine or point.sources != self.point.sources
-                or rule.inline != self.point.rule.inline or len(rule.kinds) != len(self.kinds)):
+        if (users is None or point.sources != self.point.sources or rule.inline != self.point.rule.inline
+                or len(rule.kinds) != len(self.kinds)):
             self.consistent = False
             return False
         if self.users and users != self.users:

@@ -257,7 +257,9 @@ class SiteRule:
 
 def _affine(e) -> bool:
     """`e` is an affine form of variables with integer coefficients (the only indices whose region, relaxed
-    over loops of constant extents, has a constant extent)."""
+    over loops of constant extents, has a constant extent). Not TVM's detect_linear_equation, which
+    gpu_model uses: here it runs on every compute-at decision, and it took 0.27 ms per decision of a
+    conv2d where this takes 0.09."""
     from tvm import tirx
     if isinstance(e, (tirx.Var, tirx.IntImm)):
         return True
