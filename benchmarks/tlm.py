@@ -529,7 +529,9 @@ def main(argv=None) -> int:
     args.cache = args.cache or str(cache_path())
     cache = Cache(Path(args.cache))
     # model identity in the cache keys: another model's schedules are not reused
-    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (RANKED, gens["tlm"]), (ablation, gens.get(ablation))):
+    # (the untrained floor too: it is of the benchmarked model's size, and another size's schedules are not it)
+    for p, g in (("tlm", gens["tlm"]), ("tlm:8", gens["tlm"]), (RANKED, gens["tlm"]), (ablation, gens.get(ablation)),
+                 ("tlm-untrained", gens["tlm-untrained"])):
         made_by = decoding(g, sampled=p in ("tlm:8", RANKED)) if g is not None else None
         if p == RANKED:
             made_by += f" + other sketches, ranked by {cost_model_name()}"
