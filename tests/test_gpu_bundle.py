@@ -35,8 +35,6 @@ def test_bundle_holds_cubins_and_the_launch_plans_of_tvm(bundle):
     for task in manifest["tasks"]:
         assert len(task["candidates"]) == 2 and task["candidates"][0]["policy"] == "roller"
         data = np.load(out / task["data"])
-        for name in task["inputs"]:
-            assert list(data[f"in:{name}"].shape) == task["tensors"][name]["shape"]
         for name in task["outputs"]:
             assert np.isfinite(data[f"ref:{name}"]).all()
         doc = api.load(task["file"])
@@ -55,6 +53,40 @@ def test_bundle_holds_cubins_and_the_launch_plans_of_tvm(bundle):
     softmax = manifest["tasks"][1]["candidates"][0]
     # the reduction's intermediates travel between kernels: the runner allocates them from "tensors"
     assert len(softmax["launches"]) > 1 and {"M", "S"} <= {a for l in softmax["launches"] for a in l["args"]}
+
+
+def test_runner_starts_from_the_inputs_the_references_were_computed_from(bundle):
+    """Seeded inputs are drawn by the runner (checked by checksum), the rest carried; a large output is
+    checked at seeded positions, whose carried values are the NumPy reference's there."""
+    from tensorlang import api, interp
+    out, manifest = bundle
+    for task in manifest["tasks"]:
+        op = api.load(task["file"]).model.ops[task["op"]]
+        data = np.load(out / task["data"])
+        made = _runner()._inputs(task, data)
+        inputs = interp.random_inputs(op, task["seed"])
+        assert task["seeded"] and set(task["seeded"]) <= set(inputs)
+        for name, x in inputs.items():
+            assert made[name].dtype == x.dtype and np.array_equal(made[name], x)
+            assert (f"in:{name}" in data) == (name not in task["seeded"])
+        assert set(made) == set(task["tensors"])  # outputs and intermediates too, as zeros
+        refs = interp.reference_outputs(op, inputs)
+        for name in task["outputs"]:
+            want = np.asarray(refs[name], dtype=data[f"ref:{name}"].dtype).reshape(-1)
+            idx = data[f"idx:{name}"] if f"idx:{name}" in data else np.arange(want.size)
+            assert want.size > 16384 or f"idx:{name}" not in data
+            np.testing.assert_array_equal(data[f"ref:{name}"].reshape(-1), want[idx])
+    tampered = dict(manifest["tasks"][0], seeded={k: "0" * 64 for k in manifest["tasks"][0]["seeded"]})
+    with pytest.raises(ValueError, match="other numbers"):
+        _runner()._inputs(tampered, np.load(out / tampered["data"]))
+
+
+def _runner():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_runner", ROOT / "tensorlang" / "data" / "gpu_runner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_runner_results_become_measured_records(bundle, tmp_path):
@@ -77,7 +109,7 @@ def test_runner_needs_only_numpy_and_cupy():
     src = (ROOT / "tensorlang" / "data" / "gpu_runner.py").read_text()
     imports = {line.split()[1].split(".")[0] for line in src.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
-    assert imports <= {"argparse", "json", "os", "statistics", "sys", "time", "numpy", "cupy"}
+    assert imports <= {"argparse", "hashlib", "json", "os", "statistics", "sys", "time", "numpy", "cupy"}
     r = subprocess.run([sys.executable, str(ROOT / "tensorlang" / "data" / "gpu_runner.py"), "--help"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "BUNDLE" in r.stdout.upper()

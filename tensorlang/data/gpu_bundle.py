@@ -9,8 +9,9 @@ built here: the schedule (roller first, then uniform samples of the space) is lo
 CUDA source compiled by nvcc to a cubin for the target's arch, and its launch plan read off TVM's
 host code after the TIR pipeline -- which kernels, in which order, on which buffers (inputs,
 outputs and the intermediates the host allocates), with which grid and block sizes. The bundle
-also holds each task's inputs and NumPy reference outputs (the harness's own random inputs), so
-that the runner checks every result before timing it. `gpu_runner.py` needs only NumPy and CuPy.
+also holds each task's NumPy reference outputs (at up to 16,384 seeded positions of each) and the inputs
+they were computed from (the harness's own random inputs; the plain standard-normal ones as a seed and a
+checksum, the runner draws them), so that the runner checks every result before timing it. `gpu_runner.py` needs only NumPy and CuPy.
 """
 from __future__ import annotations
 
@@ -61,6 +62,37 @@ def _tensor_of(printed: str, tensors: dict) -> str:
     raise ValueError(f"buffer {printed} is no tensor of the operator")
 
 
+def seeded_inputs(op, inputs: dict, seed: int) -> dict[str, str]:
+    """The inputs the runner can draw itself instead of carrying them: those equal to plain standard normals
+    of `numpy.random.default_rng(seed)`, drawn for every input in order (as `interp.random_inputs` draws
+    them), cast to the input's dtype -> {name: sha256 of the array's bytes}, which the runner checks. Weights
+    are most of a task's data, and the bundle travels in a size-capped working tree."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in op.inputs:
+        x = rng.standard_normal(t.shape).astype(inputs[t.name].dtype)
+        if np.array_equal(x, inputs[t.name]):
+            out[t.name] = hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
+    return out
+
+
+CHECKED_ELEMENTS = 16384
+
+
+def checked_outputs(name: str, ref, seed: int) -> dict:
+    """The reference of output `name` as the bundle carries it: whole up to CHECKED_ELEMENTS elements, else
+    that many elements at seeded positions (`idx:` flat indices, `ref:` their values). A wrong kernel
+    -- a missed tail tile, a wrong reduction -- is wrong at far more than one in 16,384 elements, and the
+    references were most of a bundle's bytes."""
+    import numpy as np
+    flat = ref.reshape(-1)
+    if flat.size <= CHECKED_ELEMENTS:
+        return {f"ref:{name}": ref}
+    idx = np.sort(np.random.default_rng(seed + 1).choice(flat.size, CHECKED_ELEMENTS, replace=False))
+    return {f"idx:{name}": idx.astype(np.int64), f"ref:{name}": flat[idx]}
+
+
 def cubin(source: str, arch: str) -> bytes:
     with tempfile.TemporaryDirectory() as d:
         src, out = Path(d) / "k.cu", Path(d) / "k.cubin"
@@ -73,13 +105,22 @@ def cubin(source: str, arch: str) -> bytes:
 
 
 def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, max_io_mb: float = 4.0,
-            seed: int = 0, log=print) -> dict:
-    """Write the bundle: manifest.json, one .npz of inputs and references per task, one cubin per candidate."""
+            seed: int = 0, max_tasks: int | None = None, max_bundle_mb: float | None = None,
+            split_path: str | Path | None = None, log=print) -> dict:
+    """Write the bundle: manifest.json, one .npz of inputs and references per task, one cubin per candidate.
+
+    Tasks come one of each given path in turn (`collect --order interleave`: a capped bundle reaches every
+    model), each workload once (the same operator in two models is one task), and never a held-out task
+    (data/split.json): GPU records are training data, and `train` refuses a held-out task's records.
+    `max_tasks` / `max_bundle_mb` stop the bundle there -- it travels to the GPU machine with the working
+    tree, whose size is capped. The manifest is rewritten after each task, so an interrupted build leaves a
+    bundle the runner can use."""
     import numpy as np
 
     from tensorlang import api, interp
     from tensorlang.analysis import dtypes as D
-    from tensorlang.data.collect import candidates_for, find_tasks, task_hash
+    from tensorlang.data import split
+    from tensorlang.data.collect import candidates_for, find_tasks, interleaved, task_hash
     from tensorlang.lower.build import compile_module, cuda_source
     from tensorlang.parser.printer import format_stmt
     from tensorlang.space import sentence as S
@@ -89,7 +130,25 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
     manifest = {"target": target, "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": S.version_tokens(),
                 "tasks": []}
     skipped = []
-    for task in find_tasks(paths):
+    heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
+    seen: set[str] = set()
+
+    def size_mb() -> float:
+        return sum(f.stat().st_size for f in out.iterdir()) / 2 ** 20
+
+    def write_manifest() -> None:
+        manifest["skipped"] = skipped
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+    for task in interleaved(find_tasks(paths), paths):
+        if task.key in heldout or task.key in seen:
+            continue
+        if max_tasks is not None and len(manifest["tasks"]) >= max_tasks:
+            break
+        if max_bundle_mb is not None and size_mb() >= max_bundle_mb:
+            log(f"  the bundle holds {size_mb():.1f} MB: stopping at {len(manifest['tasks'])} tasks")
+            break
+        seen.add(task.key)
         doc = api.load_text(task.text, task.file)
         tgt = api.resolve_target(doc, target)
         op = doc.model.ops[task.op]
@@ -109,12 +168,15 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
             skipped.append(f"{task.label}: {e}")
             continue
         data = f"t{len(manifest['tasks'])}.npz"
-        np.savez_compressed(out / data, **{f"in:{k}": v for k, v in inputs.items()},
-                            **{f"ref:{k}": np.asarray(v, dtype=D.numpy_dtype(op.tensors[k].dtype))
-                               for k, v in refs.items()})
+        seeded = seeded_inputs(op, inputs, seed)
+        checked = {}
+        for k, v in refs.items():
+            checked.update(checked_outputs(k, np.asarray(v, dtype=D.numpy_dtype(op.tensors[k].dtype)), seed))
+        np.savez_compressed(out / data, **{f"in:{k}": v for k, v in inputs.items() if k not in seeded}, **checked)
         tensors = {t.name: {"shape": list(t.shape), "dtype": str(D.numpy_dtype(t.dtype))}
                    for t in op.tensors.values()}
-        entry = {"file": task.file, "op": task.op, "hash": tkey, "data": data, "flops": op.flops,
+        entry = {"file": task.file, "op": task.op, "hash": tkey, "data": data, "flops": op.flops, "seed": seed,
+                 "seeded": seeded,
                  "inputs": [t.name for t in op.inputs], "outputs": [t.name for t in op.outputs],
                  "tensors": tensors, "tolerance": {t.name: list(D.TOLERANCE.get(t.dtype, (0, 0)))
                                                    for t in op.outputs}, "candidates": []}
@@ -137,9 +199,9 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                 "sentence": " ".join(S.encode(space, point)),
                 "schedule": "\n".join(format_stmt(s) for s in point.stmts), "cubin": name, "launches": plan})
         manifest["tasks"].append(entry)
+        write_manifest()
         log(f"  {task.label}: {len(entry['candidates'])} candidates")
-    manifest["skipped"] = skipped
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_manifest()
     return {"tasks": len(manifest["tasks"]), "candidates": sum(len(t["candidates"]) for t in manifest["tasks"]),
             "skipped": len(skipped)}
 

@@ -8,11 +8,15 @@ sizes on the task's buffers, the outputs are compared with the NumPy reference (
 `wrong` if not), then the whole launch sequence is timed with CUDA events: `repeat` rounds after a
 warm-up, each round long enough (at least 1 ms of launches), median per call. A candidate that
 fails to load or launch is recorded as `error`. Results go to OUT_DIR/results.jsonl, one line per
-candidate, flushed as they come, so a run cut short by its time limit keeps what it measured.
+candidate, flushed as they come, so a run cut short by its time limit keeps what it measured; a rerun
+skips the candidates OUT_DIR/results.jsonl holds already. A kernel that faults (an illegal address) leaves
+the CUDA context unusable: the runner records it and exits with status 3, and the rerun goes on after it
+(`until python gpu_runner.py B OUT; [ $? -ne 3 ]; do :; done`).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -35,21 +39,32 @@ def run(bundle: str, out_dir: str, repeat: int = 20, budget_s: float = 480.0) ->
     os.makedirs(out_dir, exist_ok=True)
     machine = _machine()
     done = {"ok": 0, "wrong": 0, "error": 0}
-    with open(os.path.join(out_dir, "results.jsonl"), "a") as results:
+    path = os.path.join(out_dir, "results.jsonl")
+    finished = {json.loads(line)["key"] for line in open(path)} if os.path.exists(path) else set()
+    with open(path, "a") as results:
         for task in manifest["tasks"]:
-            data = np.load(os.path.join(bundle, task["data"]))
-            buffers = {}
-            for name, t in task["tensors"].items():
-                key = f"in:{name}"
-                host = data[key] if key in data else np.zeros(t["shape"], dtype=t["dtype"])
-                buffers[name] = cp.asarray(np.ascontiguousarray(host.reshape(t["shape"])))
-            for cand in task["candidates"]:
+            todo = [c for c in task["candidates"] if c["key"] not in finished]
+            if not todo:
+                continue
+            try:
+                data = np.load(os.path.join(bundle, task["data"]))
+                buffers = {name: cp.asarray(np.ascontiguousarray(host.reshape(task["tensors"][name]["shape"])))
+                           for name, host in _inputs(task, data).items()}
+            except Exception as e:  # a task whose inputs cannot be made: each candidate says why
+                for cand in todo:
+                    results.write(json.dumps({"key": cand["key"], "machine": machine, "time": round(time.time(), 3),
+                                              "status": "error", "message": f"inputs: {type(e).__name__}: {e}"[:300]})
+                                  + "\n")
+                    done["error"] += 1
+                results.flush()
+                continue
+            for cand in todo:
                 if time.time() - start > budget_s:
                     return {**done, "stopped": "budget"}
                 rec = {"key": cand["key"], "machine": machine, "time": round(time.time(), 3)}
                 try:
                     module = cp.RawModule(path=os.path.join(bundle, cand["cubin"]))
-                    launches = [(module.get_function(k["kernel"]), tuple(k["grid"]), tuple(k["block"]),
+                    launches = [(_kernel(module, k), tuple(k["grid"]), tuple(k["block"]),
                                  tuple(buffers[a] for a in k["args"]), k.get("dynamic_shared", 0))
                                 for k in cand["launches"]]
 
@@ -64,6 +79,8 @@ def run(bundle: str, out_dir: str, repeat: int = 20, budget_s: float = 480.0) ->
                     wrong = []
                     for name in task["outputs"]:
                         got = cp.asnumpy(buffers[name]).astype(np.float64)
+                        if f"idx:{name}" in data:  # a large output is checked at the bundle's positions
+                            got = got.reshape(-1)[data[f"idx:{name}"]]
                         ref = data[f"ref:{name}"].astype(np.float64)
                         rtol, atol = task["tolerance"][name]
                         same = np.isnan(ref) & np.isnan(got)
@@ -79,7 +96,50 @@ def run(bundle: str, out_dir: str, repeat: int = 20, budget_s: float = 480.0) ->
                 done[rec["status"]] += 1
                 results.write(json.dumps(rec) + "\n")
                 results.flush()
+                if rec["status"] == "error" and not _context_usable():
+                    print(json.dumps({**done, "stopped": "a kernel fault left the CUDA context unusable"}))
+                    sys.stdout.flush()
+                    os._exit(3)
     return {**done, "seconds": round(time.time() - start, 1)}
+
+
+def _kernel(module, launch: dict):
+    fn = module.get_function(launch["kernel"])
+    if launch.get("dynamic_shared", 0) > 48 * 1024:  # over 48 KB a kernel must ask for it (as TVM's runtime does)
+        fn.max_dynamic_shared_size_bytes = launch["dynamic_shared"]
+    return fn
+
+
+def _inputs(task: dict, data) -> dict:
+    """Every tensor's starting contents: the carried inputs, the seeded ones drawn here (in the bundle's
+    order, checked against their checksums), zeros for outputs and intermediates."""
+    import numpy as np
+    rng = np.random.default_rng(task.get("seed", 0))
+    out = {}
+    for name in task["inputs"]:
+        t = task["tensors"][name]
+        drawn = rng.standard_normal(t["shape"])  # drawn for every input: the stream stays in step
+        if name in task.get("seeded", {}):
+            x = np.ascontiguousarray(drawn.astype(t["dtype"]))
+            if hashlib.sha256(x.tobytes()).hexdigest() != task["seeded"][name]:
+                raise ValueError(f"input {name}: this NumPy draws other numbers than the bundle's")
+            out[name] = x
+        else:
+            out[name] = data[f"in:{name}"]
+    for name, t in task["tensors"].items():
+        if name not in out:
+            out[name] = np.zeros(t["shape"], dtype=t["dtype"])
+    return out
+
+
+def _context_usable() -> bool:
+    import cupy as cp
+    try:
+        cp.cuda.Device().synchronize()
+        cp.zeros(1).sum().item()
+        return True
+    except Exception:
+        return False
 
 
 def _time(call, repeat: int) -> dict:

@@ -196,11 +196,10 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         if card.get("summary"):
             card["summary"] = (f"{card['summary']} Then {stage} from {entry['init']}: {entry.get('train_examples', 0):,} "
                                f"examples of {entry.get('train_tasks', 0)} tasks, {epochs} epochs, lr {lr}.")
-    from tensorlang.machine import host
     from tensorlang.space import sentence as S
     conditioned = any(s["stage"] == "finetune" and not s.get("best_only") for s in stages)
     card.update({"size": size, "seed": seed, "stages": stages, "version": f"v{len(stages)}",
-                 "vocab": " ".join(S.version_tokens()), "host": f"{host().name} ({host().cores} cores)",
+                 "vocab": " ".join(S.version_tokens()), "host": _trained_on(cuda),
                  "quality_conditioned": conditioned,
                  "generation_quality_token": D.TOP_QUALITY if conditioned else None,
                  "quality_buckets": {f"Q{i}": f"<= {b}x the best known for the task on that machine"
@@ -211,6 +210,19 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     log(f"{stage}: {state.global_step} steps, {seen:,} tokens seen in {train_s:.0f} s; train loss "
         f"{entry['train_loss']}, validation loss {entry['validation_loss']}; model in {out}", file=sys.stderr)
     return entry
+
+
+def _trained_on(cuda: bool) -> str:
+    """What the model card says the stage ran on: the GPU where it ran on one (a lent GPU machine has no
+    TVM, whose LLVM names CPUs), else the host CPU as LLVM names it."""
+    if cuda:
+        import torch
+        return f"{torch.cuda.get_device_name(0)} (cuda)"
+    from tensorlang import machine
+    try:
+        return f"{machine.host().name} ({machine.host().cores} cores)"
+    except ImportError:  # no TVM (no LLVM to name the CPU): the CPU's own name
+        return f"{machine._model_name()} ({machine.usable_cores()} cores)"
 
 
 def _stage_options(args) -> dict:

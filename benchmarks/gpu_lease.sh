@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One lease of a lent GPU machine (an H200 for 15 minutes, all tries together; PyTorch and CuPy there, no
+# TVM): first the GPU measurements (the bundle built here, timed there), then the model-size sweep.
+# Everything it keeps comes back under $OUT. Prepared here, on the CPU machine:
+#
+#   tensorlang gpu-bundle $(ls -d data/workloads/*/) --target cuda --per-task 8 --max-io-mb 64 \
+#       --max-bundle-mb 40 -o .gpu/bundle && tar czf .gpu/bundle.tgz -C .gpu bundle
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#       -d .gpu/whl apache-tvm-ffi==0.1.14.post1 lark==1.3.1      # what training imports that the image lacks
+#
+# (.gpu/ is ignored by git: `echo /.gpu/ >> .git/info/exclude`.) Run it with the device tool:
+#   run(command="bash benchmarks/gpu_lease.sh", carry=[".gpu/bundle.tgz", ".gpu/whl"], timeout_s=560)
+# and record what came back:
+#   tar xzf meta.tgz && tensorlang gpu-ingest .gpu/bundle meta/results.jsonl -o data/measured/cuda
+#   python benchmarks/gpu_sweep.py --report meta/sweep.json
+#   cat tlm-6x384.tgz.part* | tar xz      # the sizes kept, float16
+set -u
+: "${OUT:?OUT is the folder whose files come back}"
+RUNNER_S=${RUNNER_S:-150}   # seconds for the bundle's candidates
+SWEEP_S=${SWEEP_S:-300}     # seconds for the sweep's stages
+SIZES=${SIZES:-4x256 6x384 8x512}
+KEEP=${KEEP:-4x256 6x384}   # sizes brought back (float16; at most 16 MB a file, 64 MB in all)
+META=/tmp/meta
+mkdir -p $META /tmp/b
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu/whl/*.whl \
+    || echo "pip install failed" >> $META/lease.log
+export PYTHONPATH=/tmp/site:$PWD
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv;
+  python3 -c "import torch, transformers, cupy; print(torch.__version__, transformers.__version__, cupy.__version__)"; } \
+    >> $META/lease.log 2>&1
+
+# 1. the GPU measurements: a kernel fault ends the runner (status 3); the rerun resumes after it
+start=$SECONDS
+tar xzf .gpu/bundle.tgz -C /tmp/b
+for try in 1 2 3 4 5 6 7 8; do
+    left=$((RUNNER_S - (SECONDS - start)))
+    [ $left -lt 10 ] && break
+    python3 tensorlang/data/gpu_runner.py /tmp/b/bundle $META --budget-s $left >> $META/runner.log 2>&1
+    rc=$?
+    echo "runner try $try: exit $rc after $((SECONDS - start)) s" >> $META/lease.log
+    [ $rc -ne 3 ] && break
+done
+
+# 2. the size sweep (the shipped recipe, from scratch, per size)
+python3 benchmarks/gpu_sweep.py --sizes $SIZES --out /tmp/sweep --deadline-s $SWEEP_S 2>&1 \
+    | tr '\r' '\n' | grep -v "it/s\]\|s/it\]" > $META/sweep.log
+cp /tmp/sweep/sweep.json $META/ 2>/dev/null
+
+# 3. pack: the kept sizes as float16 checkpoints, split under the 16 MB a file
+for size in $KEEP; do
+    [ -f /tmp/sweep/$size/finetune/model.safetensors ] || continue
+    python3 - "$size" >> $META/lease.log 2>&1 <<'EOF'
+import sys
+from tensorlang.lm import model as M
+size = sys.argv[1]
+model, card = M.load(f"/tmp/sweep/{size}/finetune")
+M.save(model, f"/tmp/pack/tlm-{size}", card, dtype="float16")
+print(f"packed tlm-{size}: {M.version(M.read_card(f'/tmp/pack/tlm-{size}'))}")
+EOF
+    tar czf /tmp/tlm-$size.tgz -C /tmp/pack tlm-$size && split -b 15m -d /tmp/tlm-$size.tgz $OUT/tlm-$size.tgz.part
+done
+echo "lease done after $SECONDS s" >> $META/lease.log
+tar czf $OUT/meta.tgz -C /tmp meta
+ls -la $OUT
