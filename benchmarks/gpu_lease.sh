@@ -4,7 +4,8 @@
 # Everything it keeps comes back under $OUT. Prepared here, on the CPU machine:
 #
 #   tensorlang gpu-bundle $(ls -d data/workloads/*/) --target cuda --per-task 8 --max-io-mb 64 \
-#       --max-bundle-mb 40 -o .gpu/bundle && tar czf .gpu/bundle.tgz -C .gpu bundle
+#       --max-bundle-mb 40 --model tensorlang/lm/checkpoints/default -o .gpu/bundle
+#   tar czf .gpu/bundle.tgz -C .gpu bundle
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #       -d .gpu/whl apache-tvm-ffi==0.1.14.post1 lark==1.3.1      # what training imports that the image lacks
 #
@@ -12,14 +13,15 @@
 #   run(command="bash benchmarks/gpu_lease.sh", carry=[".gpu/bundle.tgz", ".gpu/whl"], timeout_s=560)
 # and record what came back:
 #   tar xzf meta.tgz && tensorlang gpu-ingest .gpu/bundle meta/results.jsonl -o data/measured/cuda
+#   python benchmarks/gpu_policies.py .gpu/bundle meta/results.jsonl --json benchmarks/results/gpu_policies_h200.json
 #   python benchmarks/gpu_sweep.py --report meta/sweep.json
 #   cat tlm-6x384.tgz.part* | tar xz      # the sizes kept, float16
 set -u
 : "${OUT:?OUT is the folder whose files come back}"
-RUNNER_S=${RUNNER_S:-150}   # seconds for the bundle's candidates
-SWEEP_S=${SWEEP_S:-300}     # seconds for the sweep's stages
-SIZES=${SIZES:-4x256 6x384 8x512}
-KEEP=${KEEP:-4x256 6x384}   # sizes brought back (float16; at most 16 MB a file, 64 MB in all)
+RUNNER_S=${RUNNER_S:-120}   # seconds for the bundle's candidates
+SWEEP_S=${SWEEP_S:-330}     # seconds for the sweep's stages
+SIZES=${SIZES:-4x256 6x384 4x256/all 8x512}   # SIZE/all: pre-trained on the whole sampled corpus
+KEEP=${KEEP:-4x256 6x384 4x256-all}   # sizes brought back (float16; at most 16 MB a file, 64 MB in all)
 META=/tmp/meta
 mkdir -p $META /tmp/b
 export PYTHONUNBUFFERED=1

@@ -1,12 +1,13 @@
 """Model sizes side by side, trained with one recipe on a lent GPU: the size sweep the CPU cannot afford.
 
-    python benchmarks/gpu_sweep.py --sizes 4x256 6x384 8x512 --out $OUT/sweep --deadline-s 330   # on the GPU
+    python benchmarks/gpu_sweep.py --sizes 4x256 6x384 4x256/all 8x512 --out sweep --deadline-s 330  # on the GPU
     python benchmarks/gpu_sweep.py --report sweep/sweep.json                                    # here: the table
 
 Each size is trained from scratch with the shipped checkpoint's recipe (its model card): pre-training on
 7 M tokens of the sampled sentences (batch 16, lr 1e-3, one epoch), then fine-tuning on the 4 fastest
 distinct schedules per training task and machine (`--best-only --best-top 4`, 8 epochs, lr 5e-4) -- by
-`tensorlang.lm.train.train`, the code `tensorlang train` runs on a CPU. What is compared: the validation
+`tensorlang.lm.train.train`, the code `tensorlang train` runs on a CPU. `SIZE/all` pre-trains on the whole
+sampled corpus instead (~30 M tokens: what the CPU's 7 M-token cap leaves out). What is compared: the validation
 loss of each stage (validation tasks are kept out of both stages; the held-out tasks never reach
 fine-tuning), tokens/s, parameters. A loss is not a schedule's speed: the sizes worth it come back as
 checkpoints (`--keep`) and are measured on a CPU with `benchmarks/compare_models.py`.
@@ -51,8 +52,19 @@ def _memoise_corpora() -> None:
 def _stage_figures(entry: dict) -> dict:
     keep = ("steps", "tokens_seen", "train_seconds", "tokens_per_s", "train_loss", "validation_loss",
             "validation_loss_pretrain_sentences", "train_examples", "train_tasks", "validation_examples",
-            "validation_tasks", "stopped_by_time", "device")
+            "validation_tasks", "stopped_by_time", "device", "train_tokens")
     return {k: entry.get(k) for k in keep}
+
+
+def variant(entry: str) -> tuple[str, int | None]:
+    """'6x384' -> the recipe at that size; '4x256/all' or '4x256/20M' -> with that many pre-training tokens
+    (all: the whole sampled corpus, which a GPU affords and the CPU's 7 M-token cap left out)."""
+    size, _, tokens = entry.partition("/")
+    if not tokens:
+        return size, RECIPE["pretrain"]["max_tokens"]
+    if tokens == "all":
+        return size, None
+    return size, int(float(tokens.rstrip("M")) * 1e6)
 
 
 def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict:
@@ -70,9 +82,10 @@ def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict
     def save() -> None:
         (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     quiet = lambda *a, **k: print(*a, **{**k, "file": sys.stderr}, flush=True)  # noqa: E731
-    for size in sizes:
-        left = deadline_s - (time.time() - t0)
-        done = result["sizes"].setdefault(size, {})
+    for name in sizes:
+        size, pretrain_tokens = variant(name)
+        name = name.replace("/", "-")
+        done = result["sizes"].setdefault(name, {"size": size, "pretrain_tokens_cap": pretrain_tokens})
         for stage in ("pretrain", "finetune"):
             left = deadline_s - (time.time() - t0)
             if left < 20:
@@ -81,11 +94,13 @@ def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict
                 break
             opts = dict(RECIPE[stage])
             epochs, lr, batch = opts.pop("epochs"), opts.pop("lr"), opts.pop("batch_size")
-            init = out / size / "pretrain" if stage == "finetune" else None
-            entry = train(stage, out / size / stage, size=size, init=init, seed=seed, epochs=epochs, lr=lr,
+            if stage == "pretrain":
+                opts["max_tokens"] = pretrain_tokens
+            init = out / name / "pretrain" if stage == "finetune" else None
+            entry = train(stage, out / name / stage, size=size, init=init, seed=seed, epochs=epochs, lr=lr,
                           batch_size=batch, minutes=left / 60, lock=False, save_steps=10 ** 9, log=quiet, **opts)
             done[stage] = _stage_figures(entry)
-            model, _ = M.load(out / size / stage)
+            model, _ = M.load(out / name / stage)
             done["parameters"] = M.parameters(model)
             save()
             if entry.get("stopped_by_time"):
@@ -98,12 +113,13 @@ def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict
 def report(path: Path) -> str:
     r = json.loads(path.read_text())
     lines = [f"{r['device']} (torch {r['torch']}, transformers {r['transformers']}); recipe: the shipped card's",
-             f"{'size':>7} {'params':>10} {'pretrain val':>13} {'finetune val':>13} {'tok/s pre':>10} "
-             f"{'tok/s ft':>9} {'seconds':>8}"]
+             f"{'size':>9} {'params':>10} {'pre tokens':>11} {'pretrain val':>13} {'finetune val':>13} "
+             f"{'tok/s pre':>10} {'tok/s ft':>9} {'seconds':>8}"]
     for size, d in r["sizes"].items():
         pre, ft = d.get("pretrain", {}), d.get("finetune", {})
         secs = (pre.get("train_seconds") or 0) + (ft.get("train_seconds") or 0)
-        lines.append(f"{size:>7} {d.get('parameters', 0):>10,} {pre.get('validation_loss') or '-':>13} "
+        lines.append(f"{size:>9} {d.get('parameters', 0):>10,} {pre.get('tokens_seen') or 0:>11,} "
+                     f"{pre.get('validation_loss') or '-':>13} "
                      f"{ft.get('validation_loss') or '-':>13} {pre.get('tokens_per_s') or '-':>10} "
                      f"{ft.get('tokens_per_s') or '-':>9} {secs:>8.0f}")
     return "\n".join(lines)

@@ -311,7 +311,8 @@ def cmd_pretrain(args) -> int:
 def cmd_gpu_bundle(args) -> int:
     from tensorlang.data.gpu_bundle import prepare
     summary = prepare(args.tasks, args.target, args.output, args.per_task, args.max_io_mb,
-                      max_tasks=args.max_tasks, max_bundle_mb=args.max_bundle_mb,
+                      max_tasks=args.max_tasks, max_bundle_mb=args.max_bundle_mb, model=args.model,
+                      model_samples=args.model_samples,
                       log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"gpu-bundle: {summary}")
     return 0
@@ -547,6 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
     gb.add_argument("--max-tasks", type=int, default=None, help="stop after this many tasks")
     gb.add_argument("--max-bundle-mb", type=float, default=None,
                     help="stop once the bundle is this large (it travels with the working tree, whose size is capped)")
+    gb.add_argument("--model", default=None, help="a TLM checkpoint whose candidates join the bundle's")
+    gb.add_argument("--model-samples", type=int, default=1, help="the model's candidates per task (its one pass first)")
     gb.add_argument("-o", "--output", required=True)
     gb.set_defaults(func=cmd_gpu_bundle)
     gi = sub.add_parser("gpu-ingest", help="append gpu_runner.py's results to the measured dataset")

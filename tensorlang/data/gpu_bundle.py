@@ -106,7 +106,8 @@ def cubin(source: str, arch: str) -> bytes:
 
 def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, max_io_mb: float = 4.0,
             seed: int = 0, max_tasks: int | None = None, max_bundle_mb: float | None = None,
-            split_path: str | Path | None = None, log=print) -> dict:
+            split_path: str | Path | None = None, model: str | Path | None = None, model_samples: int = 1,
+            log=print) -> dict:
     """Write the bundle: manifest.json, one .npz of inputs and references per task, one cubin per candidate.
 
     Tasks come one of each given path in turn (`collect --order interleave`: a capped bundle reaches every
@@ -114,13 +115,15 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
     (data/split.json): GPU records are training data, and `train` refuses a held-out task's records.
     `max_tasks` / `max_bundle_mb` stop the bundle there -- it travels to the GPU machine with the working
     tree, whose size is capped. The manifest is rewritten after each task, so an interrupted build leaves a
-    bundle the runner can use."""
+    bundle the runner can use. `model`: a tensor-language-model checkpoint whose `model_samples` candidates
+    per task (its one-pass schedule first) join roller's and the random ones; where one is a point already in
+    the bundle, the task's `policies` says so (what the model wrote is measured once, under both names)."""
     import numpy as np
 
     from tensorlang import api, interp
     from tensorlang.analysis import dtypes as D
     from tensorlang.data import split
-    from tensorlang.data.collect import candidates_for, find_tasks, interleaved, task_hash
+    from tensorlang.data.collect import candidates_for, find_tasks, interleaved, model_candidates, task_hash
     from tensorlang.lower.build import compile_module, cuda_source
     from tensorlang.parser.printer import format_stmt
     from tensorlang.space import sentence as S
@@ -130,6 +133,11 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
     manifest = {"target": target, "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": S.version_tokens(),
                 "tasks": []}
     skipped = []
+    generator = None
+    if model is not None:
+        from tensorlang.lm.generate import Generator
+        generator = Generator(model)
+        manifest["model"] = generator.name
     heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
     seen: set[str] = set()
 
@@ -179,8 +187,21 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                  "seeded": seeded,
                  "inputs": [t.name for t in op.inputs], "outputs": [t.name for t in op.outputs],
                  "tensors": tensors, "tolerance": {t.name: list(D.TOLERANCE.get(t.dtype, (0, 0)))
-                                                   for t in op.outputs}, "candidates": []}
-        for policy, point in candidates_for(space, tkey, per_task)[0]:
+                                                   for t in op.outputs}, "candidates": [], "policies": {}}
+        cands = candidates_for(space, tkey, per_task)[0]
+        if generator is not None:
+            try:
+                cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
+            except Exception as e:  # a task the model cannot decode keeps its other candidates
+                log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
+        keys = {}
+        for policy, point in cands:
+            key = hashlib.sha256(f"{tkey}|{target}|gpu|{point.sketch}|{point.decisions}".encode()).hexdigest()
+            if key in keys:  # the same point under another policy: measured once
+                if keys[key] is not None:
+                    entry["policies"].setdefault(policy, keys[key])
+                continue
+            keys[key] = None
             try:
                 lib = compile_module(point.mod, space.tvm_target)
                 blob = cubin(cuda_source(lib), tgt.params.get("arch", "sm_90"))
@@ -192,7 +213,8 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                 continue
             name = f"t{len(manifest['tasks'])}c{len(entry['candidates'])}.cubin"
             (out / name).write_bytes(blob)
-            key = hashlib.sha256(f"{tkey}|{target}|gpu|{point.sketch}|{point.decisions}".encode()).hexdigest()
+            keys[key] = key
+            entry["policies"].setdefault(policy, key)
             entry["candidates"].append({
                 "key": key, "policy": policy, "sketch": point.sketch,
                 "decisions": [list(d) if isinstance(d, tuple) else d for d in point.decisions],
