@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 def bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle")
     r = subprocess.run([sys.executable, "-m", "tensorlang", "gpu-bundle", str(ROOT / "examples" / "matmul.tsched"),
-                        str(ROOT / "examples" / "softmax.tsched"), "--target", "cuda", "--per-task", "2", "-o",
-                        str(out)], capture_output=True, text=True, timeout=600)
+                        str(ROOT / "examples" / "softmax.tsched"), "--target", "cuda", "--per-task", "2", "--model",
+                        str(ROOT / "tensorlang" / "lm" / "checkpoints" / "default"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out, json.loads((out / "manifest.json").read_text())
 
@@ -33,7 +34,12 @@ def test_bundle_holds_cubins_and_the_launch_plans_of_tvm(bundle):
     out, manifest = bundle
     assert [t["op"] for t in manifest["tasks"]] == ["matmul", "softmax"]
     for task in manifest["tasks"]:
-        assert len(task["candidates"]) == 2 and task["candidates"][0]["policy"] == "roller"
+        assert task["candidates"][0]["policy"] == "roller"
+        # the model's one-pass schedule: a candidate of its own, or the point of another policy, measured once
+        (tlm,) = [p for p in task["policies"] if p.startswith("tlm:")]
+        by_key = {c["key"]: c for c in task["candidates"]}
+        assert task["policies"][tlm] in by_key and len(by_key) == len(task["candidates"])
+        assert len(task["candidates"]) == 2 + (by_key[task["policies"][tlm]]["policy"] == tlm)
         data = np.load(out / task["data"])
         for name in task["outputs"]:
             assert np.isfinite(data[f"ref:{name}"]).all()
