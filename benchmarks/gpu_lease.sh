@@ -18,8 +18,8 @@
 #   cat tlm-6x384.tgz.part* | tar xz      # the sizes kept, float16
 set -u
 : "${OUT:?OUT is the folder whose files come back}"
-RUNNER_S=${RUNNER_S:-120}   # seconds for the bundle's candidates
-SWEEP_S=${SWEEP_S:-330}     # seconds for the sweep's stages
+RUNNER_S=${RUNNER_S:-150}   # seconds for the bundle's candidates
+SWEEP_S=${SWEEP_S:-320}     # seconds for the sweep's stages
 SIZES=${SIZES:-4x256 6x384 4x256/all 8x512}   # SIZE/all: pre-trained on the whole sampled corpus
 KEEP=${KEEP:-4x256 6x384 4x256-all}   # sizes brought back (float16; at most 16 MB a file, 64 MB in all)
 META=/tmp/meta
