@@ -106,8 +106,11 @@ def tvm_version() -> str:
     try:
         from importlib.metadata import version
         return version("apache-tvm")
-    except Exception:  # not installed as a distribution
-        return "unknown"
+    except Exception:  # not installed (a lent GPU machine that only trains): the version the project pins
+        import re
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        pin = re.search(r'"apache-tvm==([^"]+)"', pyproject.read_text()) if pyproject.exists() else None
+        return pin.group(1) if pin else "unknown"
 
 
 def version_tokens() -> list[str]:
