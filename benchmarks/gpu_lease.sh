@@ -22,6 +22,7 @@ RUNNER_S=${RUNNER_S:-150}   # seconds for the bundle's candidates
 SWEEP_S=${SWEEP_S:-320}     # seconds for the sweep's stages
 SIZES=${SIZES:-4x256 6x384 4x256/all 8x512}   # SIZE/all: pre-trained on the whole sampled corpus
 KEEP=${KEEP:-4x256 6x384 4x256-all}   # sizes brought back (float16; at most 16 MB a file, 64 MB in all)
+KEEP_PRETRAIN=${KEEP_PRETRAIN:-4x256-all}  # and their pre-trained stage: a CPU fine-tunes from it (minutes, not hours)
 META=/tmp/meta
 mkdir -p $META /tmp/b
 export PYTHONUNBUFFERED=1
@@ -45,23 +46,24 @@ for try in 1 2 3 4 5 6 7 8; do
 done
 
 # 2. the size sweep (the shipped recipe, from scratch, per size)
-python3 benchmarks/gpu_sweep.py --sizes $SIZES --out /tmp/sweep --deadline-s $SWEEP_S 2>&1 \
+python3 benchmarks/gpu_sweep.py --sizes $SIZES --out /tmp/sweep --deadline-s $SWEEP_S ${SWEEP_ARGS:-} 2>&1 \
     | tr '\r' '\n' | grep -v "it/s\]\|s/it\]" > $META/sweep.log
 cp /tmp/sweep/sweep.json $META/ 2>/dev/null
 
 # 3. pack: the kept sizes as float16 checkpoints, split under the 16 MB a file
-for size in $KEEP; do
-    [ -f /tmp/sweep/$size/finetune/model.safetensors ] || continue
-    python3 - "$size" >> $META/lease.log 2>&1 <<'EOF'
+pack() {  # pack SIZE STAGE NAME: a stage's checkpoint as float16, split under the 16 MB a file
+    [ -f /tmp/sweep/$1/$2/model.safetensors ] || return
+    python3 - "/tmp/sweep/$1/$2" "/tmp/pack/$3" >> $META/lease.log 2>&1 <<'EOF'
 import sys
 from tensorlang.lm import model as M
-size = sys.argv[1]
-model, card = M.load(f"/tmp/sweep/{size}/finetune")
-M.save(model, f"/tmp/pack/tlm-{size}", card, dtype="float16")
-print(f"packed tlm-{size}: {M.version(M.read_card(f'/tmp/pack/tlm-{size}'))}")
+model, card = M.load(sys.argv[1])
+M.save(model, sys.argv[2], card, dtype="float16")
+print(f"packed {sys.argv[2]}: {M.version(M.read_card(sys.argv[2]))}")
 EOF
-    tar czf /tmp/tlm-$size.tgz -C /tmp/pack tlm-$size && split -b 15m -d /tmp/tlm-$size.tgz $OUT/tlm-$size.tgz.part
-done
+    tar czf /tmp/$3.tgz -C /tmp/pack $3 && split -b 15m -d /tmp/$3.tgz $OUT/$3.tgz.part
+}
+for size in $KEEP; do pack $size finetune tlm-$size; done
+for size in $KEEP_PRETRAIN; do pack $size pretrain tlm-$size-pretrained; done
 echo "lease done after $SECONDS s" >> $META/lease.log
 tar czf $OUT/meta.tgz -C /tmp meta
 ls -la $OUT

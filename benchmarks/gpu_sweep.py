@@ -67,7 +67,8 @@ def variant(entry: str) -> tuple[str, int | None]:
     return size, int(float(tokens.rstrip("M")) * 1e6)
 
 
-def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict:
+def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0,
+          stages: tuple[str, ...] = ("pretrain", "finetune")) -> dict:
     import torch
 
     from tensorlang.lm import model as M
@@ -86,7 +87,7 @@ def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0) -> dict
         size, pretrain_tokens = variant(name)
         name = name.replace("/", "-")
         done = result["sizes"].setdefault(name, {"size": size, "pretrain_tokens_cap": pretrain_tokens})
-        for stage in ("pretrain", "finetune"):
+        for stage in stages:
             left = deadline_s - (time.time() - t0)
             if left < 20:
                 done[stage] = {"skipped": f"deadline ({deadline_s:.0f} s) reached"}
@@ -134,13 +135,15 @@ def main() -> int:
     ap.add_argument("--pretrain-tokens", type=int, default=RECIPE["pretrain"]["max_tokens"],
                     help="a smaller recipe, for a smoke run on a CPU")
     ap.add_argument("--finetune-epochs", type=float, default=RECIPE["finetune"]["epochs"])
+    ap.add_argument("--stages", nargs="+", choices=("pretrain", "finetune"), default=["pretrain", "finetune"],
+                    help="pretrain alone: a pre-trained model for a CPU to fine-tune")
     ap.add_argument("--report", type=Path, help="print the table of a sweep.json and stop")
     args = ap.parse_args()
     if args.report:
         print(report(args.report))
         return 0
     RECIPE["pretrain"]["max_tokens"], RECIPE["finetune"]["epochs"] = args.pretrain_tokens, args.finetune_epochs
-    sweep(args.sizes, args.out, args.deadline_s, args.seed)
+    sweep(args.sizes, args.out, args.deadline_s, args.seed, tuple(args.stages))
     print(report(args.out / "sweep.json"))
     return 0
 

@@ -11,7 +11,8 @@ host code after the TIR pipeline -- which kernels, in which order, on which buff
 outputs and the intermediates the host allocates), with which grid and block sizes. The bundle
 also holds each task's NumPy reference outputs (at up to 16,384 seeded positions of each) and the inputs
 they were computed from (the harness's own random inputs; the plain standard-normal ones as a seed and a
-checksum, the runner draws them), so that the runner checks every result before timing it. `gpu_runner.py` needs only NumPy and CuPy.
+checksum, the runner draws them), so that the runner checks every result before timing it.
+`gpu_runner.py` needs only NumPy and CuPy.
 """
 from __future__ import annotations
 
@@ -194,14 +195,14 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                 cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
             except Exception as e:  # a task the model cannot decode keeps its other candidates
                 log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
-        keys = {}
+        tried, built = set(), set()
         for policy, point in cands:
             key = hashlib.sha256(f"{tkey}|{target}|gpu|{point.sketch}|{point.decisions}".encode()).hexdigest()
-            if key in keys:  # the same point under another policy: measured once
-                if keys[key] is not None:
-                    entry["policies"].setdefault(policy, keys[key])
+            if key in tried:  # the same point under another policy: measured once, named under both
+                if key in built:
+                    entry["policies"].setdefault(policy, key)
                 continue
-            keys[key] = None
+            tried.add(key)
             try:
                 lib = compile_module(point.mod, space.tvm_target)
                 blob = cubin(cuda_source(lib), tgt.params.get("arch", "sm_90"))
@@ -213,8 +214,8 @@ def prepare(paths: list[str], target: str, out_dir: str | Path, per_task: int, m
                 continue
             name = f"t{len(manifest['tasks'])}c{len(entry['candidates'])}.cubin"
             (out / name).write_bytes(blob)
-            keys[key] = key
-            entry["policies"].setdefault(policy, key)
+            built.add(key)
+            entry["policies"].setdefault(policy, key)  # {policy: its (first) candidate's key}
             entry["candidates"].append({
                 "key": key, "policy": policy, "sketch": point.sketch,
                 "decisions": [list(d) if isinstance(d, tuple) else d for d in point.decisions],
