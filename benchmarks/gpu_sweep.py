@@ -10,7 +10,7 @@ distinct schedules per training task and machine (`--best-only --best-top 4`, 8 
 sampled corpus instead (~30 M tokens: what the CPU's 7 M-token cap leaves out). What is compared: the validation
 loss of each stage (validation tasks are kept out of both stages; the held-out tasks never reach
 fine-tuning), tokens/s, parameters. A loss is not a schedule's speed: the sizes worth it come back as
-checkpoints (`--keep`) and are measured on a CPU with `benchmarks/compare_models.py`.
+checkpoints (benchmarks/gpu_lease.sh's KEEP) and are measured on a CPU with `benchmarks/compare_models.py`.
 
 The GPU machine has PyTorch and transformers but no TVM: the corpora are read from the committed data,
 tokenised there (nothing in training needs TVM), and each size's corpus build is shared (memoised) by the
@@ -101,8 +101,7 @@ def sweep(sizes: list[str], out: Path, deadline_s: float, seed: int = 0,
             entry = train(stage, out / name / stage, size=size, init=init, seed=seed, epochs=epochs, lr=lr,
                           batch_size=batch, minutes=left / 60, lock=False, save_steps=10 ** 9, log=quiet, **opts)
             done[stage] = _stage_figures(entry)
-            model, _ = M.load(out / name / stage)
-            done["parameters"] = M.parameters(model)
+            done["parameters"] = M.read_card(out / name / stage)["parameters"]  # what save() counted
             save()
             if entry.get("stopped_by_time"):
                 break
