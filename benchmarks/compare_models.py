@@ -14,6 +14,7 @@ quality-conditioned one gets its generation token in front): a cheap figure besi
 Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
 `--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams): `NAME@greedy`,
 `NAME@beams4`, the plain `NAME` for the checkpoint's own decoding (its generation_config.json's num_beams).
+`--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`).
 Writes the rows and summary as JSON.
 """
 from __future__ import annotations
@@ -53,12 +54,14 @@ def validation_loss(model_dir) -> dict:
 
 
 class Beams:
-    """A Generator decoding with `num_beams` beams, 1 = greedy (phase 1 calls `.generate(space)`)."""
+    """A Generator decoding with `num_beams` beams, 1 = greedy, and the repeated-reduction guard on or off (phase 1
+    calls `.generate(space)`)."""
 
-    def __init__(self, gen, num_beams: int):
-        self.gen, self.num_beams = gen, num_beams
+    def __init__(self, gen, num_beams: int, guard: bool):
+        self.gen, self.num_beams, self.guard = gen, num_beams, guard
 
     def generate(self, space):
+        self.gen.guard = self.guard  # one Generator per checkpoint: its guard is set for each call
         return self.gen.generate(space, num_beams=self.num_beams)
 
 
@@ -70,6 +73,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--beams", default=None,
                     help="comma-separated beam counts to decode with (1: greedy; default: each checkpoint's own)")
+    ap.add_argument("--guard", default=None,
+                    help="on,off: decode with the repeated-reduction guard both ways (lm/generate.py; default: each "
+                         "checkpoint's own)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -83,12 +89,15 @@ def main(argv=None) -> int:
     for d in args.models:
         g = Generator(d)
         # the checkpoint's own decoding (generation_config.json) keeps the plain name
+        own = g.guard
         for nb in ([int(b) for b in args.beams.split(",")] if args.beams else [g.num_beams]):
-            tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
-            name = f"{Path(d).name}{tag}={g.name}"
-            if name in gens:
-                raise SystemExit(f"compare: {d} is given twice")
-            gens[name], dirs[name] = Beams(g, nb), d
+            for guard in ([v == "on" for v in args.guard.split(",")] if args.guard else [own]):
+                tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
+                tag += "" if guard == own else "@guard" if guard else "@noguard"
+                name = f"{Path(d).name}{tag}={g.name}"
+                if name in gens:
+                    raise SystemExit(f"compare: {d} is given twice")
+                gens[name], dirs[name] = Beams(g, nb, guard), d
     policies = list(gens) + ["roller"]
     losses = {d: validation_loss(d) for d in args.models}
     val = {n: losses[d] for n, d in dirs.items()}

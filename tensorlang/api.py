@@ -69,6 +69,9 @@ def check_schedule(doc: Document, sched: A.Schedule, upto_line: int | None = Non
     try:
         applied = apply_schedule(doc.primfunc(sched.op), op, sched, upto_line)
         diags = list(applied.diags)
+        if applied.ok and upto_line is None:
+            from tensorlang.space.recompute import repeated_reduction_warnings
+            diags += repeated_reduction_warnings(applied.sch.mod, sched.stmts, sched.span)
         if applied.ok and target.is_gpu and upto_line is None:
             span = A.Span(sched.span.line, sched.span.col, sched.target_span.end_line, sched.target_span.end_col)
             diags += check_gpu_schedule(applied.sch, applied.env, target.params, span)

@@ -62,6 +62,7 @@ CODES = {
     "TS312": "wrong number of names bound",
     "TS313": "unknown buffer",
     "TS314": "legal, but not a point of the schedule space",
+    "TS315": "a reduction computed more than once (compute_at under loops that do not index it)",
     # targets and lowering
     "TS401": "GPU block not bound to blockIdx and threadIdx",
     "TS402": "GPU kernel exceeds the target's limits",

@@ -18,6 +18,11 @@ first maximum). Beam search (`num_beams` > 1) keeps the most likely prefixes and
 whole schedule it finds, ties broken the same way. Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
 schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
 written decision, whatever the model would have chosen.
+One rule narrows the legal tokens further (`guard`, on unless the checkpoint's generation_config.json sets
+`no_repeated_reductions` false): a reduction is never computed at a site that repeats its work when a site that
+does not is legal (space/recompute.py) -- a written compute_at still wins. MetaSchedule's space offers such
+sites and its search discards them by measuring; one pass cannot, and the model has picked them for softmax
+rows it was not trained on (GPT-2's seq-1024 softmax: 7.8 s against roller's 82 ms).
 """
 from __future__ import annotations
 
@@ -159,6 +164,8 @@ class Generator:
         self.ids = S.token_ids()
         self.quality = self.card.get("generation_quality_token")
         self.num_beams = M.generation_beams(self.path)  # the checkpoint's decoding: 1 = greedy
+        # no compute-at site that repeats a reduction's work where one that does not is legal (space/recompute.py)
+        self.guard = M.generation_guard(self.path)
 
     @property
     def name(self) -> str:
@@ -188,9 +195,10 @@ class Generator:
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
         from tensorlang.space.sentence import NextTokens
-        if constraints is not None:
+        if constraints is not None or self.guard:
             from tensorlang.space.constraints import ConstrainedTokens
-            nt = ConstrainedTokens(space, constraints)
+            from tensorlang.space.recompute import no_repeated_reduction
+            nt = ConstrainedTokens(space, constraints, prefer=no_repeated_reduction if self.guard else None)
         else:
             nt = NextTokens(space)
         fed = [self.ids[t] for t in self.prompt(space)]

@@ -107,6 +107,18 @@ def generation_beams(path: str | Path) -> int:
     return int(json.loads(p.read_text()).get("num_beams", 1)) if p.exists() else 1
 
 
+# generation_config.json's switch for recompute.no_repeated_reduction (lm/generate.py): on unless a checkpoint
+# says false
+NO_REPEATED_REDUCTIONS = "no_repeated_reductions"
+
+
+def generation_guard(path: str | Path) -> bool:
+    """Whether decoding keeps reductions from being computed more than once (generation_config.json's
+    `no_repeated_reductions`; true where it is not set)."""
+    p = Path(path) / GENERATION_CONFIG
+    return bool(json.loads(p.read_text()).get(NO_REPEATED_REDUCTIONS, True)) if p.exists() else True
+
+
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
     p = Path(path) / GENERATION_CONFIG

@@ -673,21 +673,36 @@ def _first_unsatisfiable(space: Space, stmts: tuple) -> Outside:
 class ConstrainedTokens:
     """NextTokens whose legal tokens are narrowed to the constraints: only the sketches left, and at each
     constrained decision only its allowed values. Reads NextTokens' state (its phase, current point and
-    choice) and filters a copy of the choice; it adds nothing to what NextTokens checks."""
+    choice) and filters a copy of the choice; it adds nothing to what NextTokens checks.
 
-    def __init__(self, space: Space, cons: Constraints, eager: bool = False, _inner=None):
+    `cons` None: no constraint. `prefer(space, point, decisions) -> values | None` (None: no preference): a
+    narrowing that yields to the constraints -- applied where some value the constraints allow is among its
+    values, else left out (a user who wrote a compute_at that repeats a reduction gets it;
+    recompute.no_repeated_reduction)."""
+
+    def __init__(self, space: Space, cons: Constraints | None, eager: bool = False, _inner=None, prefer=None):
         from tensorlang.space.sentence import NextTokens
-        self.space, self.cons = space, cons
+        self.space, self.cons, self.prefer = space, cons, prefer
         self.inner = _inner if _inner is not None else NextTokens(space, eager)
 
-    def _narrowed_choice(self):
-        from tensorlang.space.sentence import _Choice, _copy_choice, _TileChoice
+    def _ok(self) -> set | None:
+        """The values of the choice being written that are kept (None: all of them)."""
         nt = self.inner
-        choice = _copy_choice(nt._choice)
         if nt._point is None:  # the sketch index
-            ok = set(self.cons.sketches)
-        else:
-            ok = set(self.cons.allowed(self.space, nt.sketch, len(nt.decisions), nt._point, tuple(nt.decisions)))
+            return set(self.cons.sketches) if self.cons is not None else None
+        made = tuple(nt.decisions)
+        ok = set(self.cons.allowed(self.space, nt.sketch, len(made), nt._point, made)) if self.cons is not None \
+            else None
+        better = self.prefer(self.space, nt._point, made) if self.prefer is not None else None
+        if better is not None:
+            better = set(better) if ok is None else set(better) & ok
+            if better:
+                ok = better
+        return ok
+
+    def _narrowed_choice(self, ok: set):
+        from tensorlang.space.sentence import _Choice, _copy_choice, _TileChoice
+        choice = _copy_choice(self.inner._choice)
         if isinstance(choice, _TileChoice):
             choice.cands = [f for f in choice.cands if f in ok]
         elif isinstance(choice, _Choice):
@@ -698,7 +713,8 @@ class ConstrainedTokens:
         base = self.inner.allowed()  # waits for a replay where one is needed
         if self.inner._phase != "CHOOSE":
             return base
-        return base & self._narrowed_choice().allowed()
+        ok = self._ok()
+        return base if ok is None else base & self._narrowed_choice(ok).allowed()
 
     def allowed_ids(self) -> set[int]:
         from tensorlang.space.sentence import ids_of
@@ -723,7 +739,7 @@ class ConstrainedTokens:
             probe.close()
 
     def fork(self) -> "ConstrainedTokens":
-        return ConstrainedTokens(self.space, self.cons, _inner=self.inner.fork())
+        return ConstrainedTokens(self.space, self.cons, _inner=self.inner.fork(), prefer=self.prefer)
 
     @property
     def done(self) -> bool:

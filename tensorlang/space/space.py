@@ -42,6 +42,8 @@ class DecisionPoint:
     candidates: tuple = ()  # categorical: the candidate values
     sites: tuple = ()  # location: for each domain value, the loop's name ("" for inline/root)
     placed: str = ""  # location: the stage whose compute-at site this is
+    placed_buffers: tuple = ()  # location: the buffers that stage writes (what its consumer reads of it)
+    placed_reduces: bool = False  # location: that stage has a reduction axis (space/recompute.py)
     loop: object = field(default=None, compare=False, repr=False)  # tile: the tiled loop, for `_context`
     # What tensor sentences name the subject by (space/sentence.py), as IR snapshots taken at the decision
     # (TVM copies a node we hold a reference to instead of mutating it): a tile's enclosing loops, outermost
@@ -508,8 +510,11 @@ class Space:
             consumers = fast.get_consumers(block)
             loops = tuple(fast.get(rv) for rv in fast.get_loops(consumers[0])) if consumers else ()
             sites = tuple(loops[d].loop_var.name if d >= 0 else "" for d in domain)
-            name = fast.get(block).name_hint
+            placed = fast.get(block)
+            name = placed.name_hint
             return DecisionPoint(LOCATION, domain, f"compute-at site of {name}", sites=sites, placed=name,
+                                 placed_buffers=tuple(w.source.name for w in placed.writes),
+                                 placed_reduces=any(int(iv.iter_type) == 2 for iv in placed.iter_vars),
                                  consumer=fast.get(consumers[0]).name_hint if consumers else "", consumer_loops=loops,
                                  rule=rule, sources=loop_sources(loops, list(tile_loops), self._original_loops))
         return None
