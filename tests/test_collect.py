@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from tensorlang.data import dataset
 from tensorlang import machine
@@ -551,3 +552,58 @@ def test_collect_measures_the_points_of_another_dataset(tmp_path):
     assert all(x["status"] == "ok" for x in dataset.read(second))
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert "'written': 0" in again.stdout and "'skipped': 3" in again.stdout
+
+
+def test_a_task_is_planned_beside_the_last_builds_and_never_beside_a_timing(tmp_path, monkeypatch):
+    """collect draws the next task's candidates while the previous task's builds run (Harness.prepare), and
+    times that batch (Harness.finish) before the next task's builds start: builds and planning overlap,
+    builds and timing never. A fake harness records the order; its records are written all the same."""
+    from tensorlang.bench import harness as H
+    from tensorlang.data import collect as C
+    events = []
+
+    class Recording:
+        def __init__(self, rpc=None):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def prestart(self):
+            events.append("prestart")
+
+        def prepare(self, candidates, **kw):
+            events.append(f"prepare {candidates[0].op_name} x{len(candidates)}")
+            return candidates
+
+        def finish(self, candidates, repeat, timeout_s, **kw):
+            events.append(f"finish {candidates[0].op_name}")
+            return [H.Result(c.name, c.op_name, "llvm", H.OK, times_s=[1e-3]) for c in candidates]
+
+    real = C.candidates_for
+    monkeypatch.setattr(C, "candidates_for", lambda space, *a, **kw: (events.append(f"plan {space.op.name}"),
+                                                                      real(space, *a, **kw))[1])
+    monkeypatch.setattr(H, "Harness", Recording)
+    files = [str(ROOT / "examples" / f) for f in ("matmul.tsched", "softmax.tsched", "dense_gelu.tsched")]
+    summary = C.collect(files, "llvm", tmp_path / "d", trials=3, batch=2)
+    assert events == ["prestart",
+                      "plan matmul", "prepare matmul x2", "finish matmul", "prepare matmul x1",
+                      "plan softmax", "finish matmul", "prepare softmax x2", "finish softmax", "prepare softmax x1",
+                      "plan dense_gelu", "finish softmax", "prepare dense_gelu x2", "finish dense_gelu",
+                      "prepare dense_gelu x1", "finish dense_gelu"]
+    assert summary["written"] == 9 and len(list(dataset.read(tmp_path / "d"))) == 9
+    # a failure while planning a task does not lose the previous task's batch, built already
+    events.clear()
+
+    def fails_on_softmax(space, *a, **kw):
+        if space.op.name == "softmax":
+            raise RuntimeError("planning failed")
+        return real(space, *a, **kw)
+    monkeypatch.setattr(C, "candidates_for", fails_on_softmax)
+    with pytest.raises(RuntimeError, match="planning failed"):
+        C.collect(files, "llvm", tmp_path / "e", trials=2, batch=2)
+    assert events[-2:] == ["prepare matmul x2", "finish matmul"]
+    assert len(list(dataset.read(tmp_path / "e"))) == 2

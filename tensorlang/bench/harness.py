@@ -132,6 +132,19 @@ class _Item:
     future: Any = None
 
 
+@dataclass
+class Prepared:
+    """Candidates whose builds `Harness.prepare` submitted (their futures on the items), and their operators'
+    inputs and references (by id of the operator), for `Harness.finish`."""
+    items: list
+    todo: list  # the items still to build, check and time
+    inputs: dict
+    refs: dict
+    verify: bool
+    t_start: float
+    reference_s: float = 0.0
+
+
 # A group build (8 kernels) takes seconds; one past this holds a candidate that LLVM takes minutes over
 # (a batch of 16 conv2d candidates once took 667 s: its group ran into the 300 s build timeout, then every
 # candidate of it was built again alone). Past it, the group's candidates are built one by one, each with
@@ -265,14 +278,25 @@ class Harness:
         `joint_builds`: the candidates of one operator are compiled together, a group per build worker
         (worker.build_group_job: about half the build time of small kernels; each candidate's compile_s is
         then its share of its group's) -- `collect --joint-builds`; a benchmark that compares compile times
-        keeps builds apart."""
-        say = progress or (lambda msg: None)
+        keeps builds apart.
+        The same as `finish(prepare(...))`: a caller with work of its own to do while the builds run (a
+        collector drawing the next task's candidates) calls the two itself."""
+        return self.finish(self.prepare(candidates, verify=verify, seed=seed, joint_builds=joint_builds),
+                           repeat, timeout_s, min_repeat_ms=min_repeat_ms, build_timeout_s=build_timeout_s,
+                           lock=lock, lock_path=lock_path, slow_factor=slow_factor, best_known_s=best_known_s,
+                           progress=progress)
+
+    def prepare(self, candidates: list[Candidate], *, verify: bool = True, seed: int = 0,
+                joint_builds: bool = False) -> "Prepared":
+        """Step 1: submit the candidates' builds to the build workers and compute the references; returns
+        while the builds run. Nothing may be timed on this machine until `finish` has collected them."""
         t_start = time.monotonic()
         docs: dict = {}
         items = [self._item(c, docs) for c in candidates]
         todo = [it for it in items if it.result.status == OK]
+        prepared = Prepared(items, todo, {}, {}, verify, t_start)
         if not todo:
-            return [it.result for it in items]
+            return prepared
         if any(it.slot == "tvm" for it in todo):
             self.kernels.prestart("tvm")
         # 1. builds, in parallel; references meanwhile
@@ -285,7 +309,7 @@ class Harness:
             else:
                 it.spec = {"kind": "python", "factory": it.cand.schedule.factory, "kwargs": it.cand.schedule.kwargs}
         self._submit_builds(to_build, joint_builds and self.rpc is None)
-        inputs, refs = {}, {}
+        inputs, refs = prepared.inputs, prepared.refs
         from tensorlang import interp
         t_ref = time.monotonic()
         for it in todo:
@@ -297,9 +321,22 @@ class Harness:
                     for other in todo:
                         if other.op is it.op:
                             other.result.status, other.result.message = ERROR, interp.io_memory_message(it.op)
-        reference_s = time.monotonic() - t_ref
+        prepared.reference_s = time.monotonic() - t_ref
+        return prepared
+
+    def finish(self, prepared: "Prepared", repeat: int = 10, timeout_s: float = 30.0, *, min_repeat_ms: float = 100,
+               build_timeout_s: float = 300.0, lock: bool = True, lock_path: str | None = None,
+               slow_factor: float | None = None, best_known_s: float | None = None,
+               progress: Callable[[str], None] | None = None) -> list[Result]:
+        """Steps 2 and 3 of what `prepare` began: wait for the builds, then check and time under the lock."""
+        say = progress or (lambda msg: None)
+        items, todo, inputs, refs, verify = (prepared.items, prepared.todo, prepared.inputs, prepared.refs,
+                                             prepared.verify)
+        if not todo:
+            return [it.result for it in items]
+        reference_s = prepared.reference_s
         self._collect_builds([it for it in todo if it.future is not None], build_timeout_s, say)
-        prepare_s = time.monotonic() - t_start
+        prepare_s = time.monotonic() - prepared.t_start
         from tensorlang.analysis import dtypes as D
         todo = [it for it in todo if it.result.status == OK]
         data_keys: dict = {}

@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tensorlang.data.dataset import Writer, read
 
@@ -211,6 +212,21 @@ class RecordedPoints:
         return out, refused
 
 
+@dataclass
+class _Batch:
+    """Candidates of one task whose builds are under way (Harness.prepare), and what their records need."""
+    task: Task
+    label: str  # "[n/N] file:op", for the log
+    tkey: str
+    space: Any
+    out: Any  # the Writer its records go to
+    compiled_for: str
+    chunk: list  # (record key, policy, point)
+    load_before: float
+    ms_key: str | None  # its task's MetaSchedule search is finished once it is recorded
+    prepared: Any
+
+
 class CollectRefused(Exception):
     """Measurements must not be recorded now (see machine.recording_refused)."""
 
@@ -258,149 +274,180 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     kernels in one process, but on benchmarks/collect_speed.py's tasks the whole collect was no faster (0.87x
     against separate builds, same candidates: a group waits for its slowest kernel while the other worker
     idles)."""
-    from tensorlang import api
     from tensorlang.bench.harness import Candidate, Harness
-    from tensorlang.data import split
-    from tensorlang.lower.targets import cannot_run, mcpu_of
-    from tensorlang.machine import host, recording_refused
-    from tensorlang.parser.printer import format_stmt
-    from tensorlang.space import sentence as S
-    from tensorlang.space.space import Space
 
-    refusal = recording_refused()
-    if refusal and rpc is None:
-        raise CollectRefused(refusal)
-    start = time.time()
-    deadline = start + budget_min * 60 if budget_min else None
-    trials = 1 << 30 if trials is None else trials
-    generator = None
-    if model is not None:
-        from tensorlang.lm.generate import Generator
-        generator = Generator(model)
-        log(f"collect: {model_samples} candidates per task from {generator.name} ({model})")
-    recorded = RecordedPoints(points_from, points_top) if points_from is not None else None
-    writer = Writer(out_dir)
-    heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
-    heldout_dir = Path(heldout_dir or Path("data/heldout") / Path(out_dir).name)
-    heldout_writer = None
-    # RPC servers are other machines: their key names them (this host does not know their CPU).
-    timed_on = {"id": f"rpc:{rpc.key}", "rpc": rpc.key} if rpc else host_record(host())
-    machine = timed_on["id"]
-    best_known = best_latencies([out_dir, heldout_dir], machine)
-    tasks = find_tasks(paths)
-    if skip_heldout:  # by the key find_tasks computed: no space is built for them (171 of 575 tasks)
-        tasks = [t for t in tasks if t.key not in heldout]
-    counts = record_counts([out_dir, heldout_dir], machine) if order == "fewest-records" or ms_trials else {}
-    if order == "fewest-records":
-        tasks = fewest_records_first(tasks, counts)
-    elif order == "interleave":
-        tasks = interleaved(tasks, paths)
-    elif order != "files":
-        raise ValueError(f"unknown task order {order!r}: files, fewest-records or interleave")
-    ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
-    written = skipped = 0
-    log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
-    with Harness(rpc=rpc) as harness:
-        if tasks:
-            harness.prestart()
-        for n, task in enumerate(tasks):
-            if deadline and time.time() > deadline:
-                break
-            doc = api.load_text(task.text, task.file)
-            tgt = doc.model.targets.get(target)
-            if tgt is None:
-                log(f"  {task.label}: no target '{target}' in the file; skipped")
-                continue
-            refusal = None if rpc else cannot_run(tgt)
-            if refusal:
-                log(f"  {task.label}: skipped: {refusal}")
-                continue
-            compiled_for = tgt.params.get("arch", "sm_90") if tgt.is_gpu else mcpu_of(tgt)
-            yield_to_measurements()
-            space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
-            tkey = task.key  # = task_hash(space), computed once by find_tasks
-            out = writer
-            if tkey in heldout and Path(out_dir).resolve() != heldout_dir.resolve():
-                heldout_writer = heldout_writer or Writer(heldout_dir)
-                out = heldout_writer
-            pending, pending_keys = [], set()
-            cands, known = candidates_for(space, tkey, trials, lambda sketch, decisions: record_key(
-                tkey, target, machine, sketch, decisions) in out.keys)
-            skipped += known
-            if generator is not None:
-                try:
-                    cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
-                except Exception as e:  # one task the model cannot decode must not stop the collection
-                    log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
-            if recorded is not None:
-                theirs, refused = recorded.candidates(space, tkey)
-                cands += theirs
-                for why in refused:
-                    log(f"  {task.label}: a point of {points_from} left out: {why}")
-            ms_key = f"{tkey}|{target}|{machine}"
-            if ms_done is not None and ms_key not in ms_done.keys and measured_whole(space, counts.get(tkey, 0)):
-                log(f"  [{n + 1}/{len(tasks)}] {task.label}: every point of the space is measured; no MetaSchedule")
-                ms_done.add(ms_key)
-            if ms_done is not None and ms_key not in ms_done.keys:
-                log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
-                try:
-                    cands += metaschedule_candidates(space, ms_trials, ms_top, int(tkey, 16) % (1 << 31), log)
-                except Exception as e:  # TVM failing on one task must not stop the collection
-                    log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
-            for policy, point in cands:
-                key = record_key(tkey, target, machine, point.sketch, point.decisions)
-                if key in out.keys or key in pending_keys:
-                    skipped += 1
-                    continue
-                pending.append((key, policy, point))
-                pending_keys.add(key)
-            finished = True
-            for i in range(0, len(pending), batch):
+    # The workers start first: their imports (TVM, 1.5-2.5 s each) overlap this process's own (2-3 s) and
+    # the loading of the tasks, instead of following them.
+    harness = Harness(rpc=rpc)
+    if paths:
+        harness.prestart()
+    with harness:
+        from tensorlang import api
+        from tensorlang.data import split
+        from tensorlang.lower.targets import cannot_run, mcpu_of
+        from tensorlang.machine import host, recording_refused
+        from tensorlang.parser.printer import format_stmt
+        from tensorlang.space import sentence as S
+        from tensorlang.space.space import Space
+
+        refusal = recording_refused()
+        if refusal and rpc is None:
+            raise CollectRefused(refusal)
+        start = time.time()
+        deadline = start + budget_min * 60 if budget_min else None
+        trials = 1 << 30 if trials is None else trials
+        generator = None
+        if model is not None:
+            from tensorlang.lm.generate import Generator
+            generator = Generator(model)
+            log(f"collect: {model_samples} candidates per task from {generator.name} ({model})")
+        recorded = RecordedPoints(points_from, points_top) if points_from is not None else None
+        writer = Writer(out_dir)
+        heldout = split.heldout_keys(split_path or split.DEFAULT_PATH)
+        heldout_dir = Path(heldout_dir or Path("data/heldout") / Path(out_dir).name)
+        heldout_writer = None
+        # RPC servers are other machines: their key names them (this host does not know their CPU).
+        timed_on = {"id": f"rpc:{rpc.key}", "rpc": rpc.key} if rpc else host_record(host())
+        machine = timed_on["id"]
+        best_known = best_latencies([out_dir, heldout_dir], machine)
+        tasks = find_tasks(paths)
+        if skip_heldout:  # by the key find_tasks computed: no space is built for them (171 of 575 tasks)
+            tasks = [t for t in tasks if t.key not in heldout]
+        counts = record_counts([out_dir, heldout_dir], machine) if order == "fewest-records" or ms_trials else {}
+        if order == "fewest-records":
+            tasks = fewest_records_first(tasks, counts)
+        elif order == "interleave":
+            tasks = interleaved(tasks, paths)
+        elif order != "files":
+            raise ValueError(f"unknown task order {order!r}: files, fewest-records or interleave")
+        ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
+        written = skipped = 0
+        log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
+        def finish(batch: _Batch) -> None:
+            """Check and time a batch whose builds `harness.prepare` started; write its records."""
+            nonlocal written
+            results = harness.finish(batch.prepared, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
+                                     slow_factor=slow_factor, best_known_s=best_known.get(batch.tkey))
+            load_after = os.getloadavg()[0]
+            for (key, policy, point), res in zip(batch.chunk, results):
+                sentence = S.encode(batch.space, point)
+                record = {
+                    "key": key, "task": {"file": batch.task.file, "op": batch.task.op, "hash": batch.tkey},
+                    "target": target, "compiled_for": batch.compiled_for, "machine": machine, "host": timed_on,
+                    "policy": policy,
+                    "sketch": point.sketch, "decisions": [list(d) if isinstance(d, tuple) else d
+                                                           for d in point.decisions],
+                    "sentence": " ".join(sentence), "versions": S.version_tokens(),
+                    "schedule": "\n".join(format_stmt(s) for s in point.stmts),
+                    "status": res.status, "message": res.message[:300],
+                    "server": res.worker.get("server") or "local",
+                    "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s, "runs": len(res.times_s),
+                    "min_repeat_ms": min_repeat_ms, "build_group": res.worker.get("build_group", 1),
+                    "flops": res.flops, "load": [round(batch.load_before, 2), round(load_after, 2)],
+                    "time": round(time.time(), 3),
+                }
+                written += batch.out.append(record)
+            best = min((r.median_s for r in results if r.ok), default=None)
+            if best is not None:
+                best_known[batch.tkey] = min(best, best_known.get(batch.tkey, best))
+            phases = results[0].run if results else {}
+            log(f"  {batch.label}: +{len(batch.chunk)} records"
+                + (f", best of batch {best * 1e3:.3f} ms" if best else "")
+                + (f" (builds+reference {phases['prepare_s']:.1f} s, check {phases['check_s']:.1f} s, timing "
+                   f"{phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
+            if batch.ms_key is not None:
+                ms_done.add(batch.ms_key)  # every candidate of the search is recorded
+
+        # The last batch of a task is checked and timed only after the next task is planned (loaded, its space
+        # built, its candidates drawn): that work runs beside the batch's builds, on the cores a build worker
+        # leaves idle, and never beside a timing.
+        inflight: _Batch | None = None
+        try:
+            for n, task in enumerate(tasks):
                 if deadline and time.time() > deadline:
-                    finished = False
                     break
+                if inflight is not None and ms_done is not None:  # MetaSchedule times kernels: no build beside it
+                    done, inflight = inflight, None
+                    finish(done)
+                doc = api.load_text(task.text, task.file)
+                tgt = doc.model.targets.get(target)
+                if tgt is None:
+                    log(f"  {task.label}: no target '{target}' in the file; skipped")
+                    continue
+                refusal = None if rpc else cannot_run(tgt)
+                if refusal:
+                    log(f"  {task.label}: skipped: {refusal}")
+                    continue
+                compiled_for = tgt.params.get("arch", "sm_90") if tgt.is_gpu else mcpu_of(tgt)
                 yield_to_measurements()
-                chunk = pending[i:i + batch]
-                # The schedule travels as .tsched text: the build workers apply it like any written schedule.
-                measured = [Candidate(f"{policy}#{j}", task.text, target,
-                                      "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
-                            for j, (_, policy, point) in enumerate(chunk)]
-                load_before = os.getloadavg()[0]
-                results = harness.measure(measured, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
-                                          slow_factor=slow_factor, best_known_s=best_known.get(tkey),
-                                          joint_builds=joint_builds)
-                load_after = os.getloadavg()[0]
-                for (key, policy, point), res in zip(chunk, results):
-                    sentence = S.encode(space, point)
-                    record = {
-                        "key": key, "task": {"file": task.file, "op": task.op, "hash": tkey},
-                        "target": target, "compiled_for": compiled_for, "machine": machine, "host": timed_on,
-                        "policy": policy,
-                        "sketch": point.sketch, "decisions": [list(d) if isinstance(d, tuple) else d
-                                                               for d in point.decisions],
-                        "sentence": " ".join(sentence), "versions": S.version_tokens(),
-                        "schedule": "\n".join(format_stmt(s) for s in point.stmts),
-                        "status": res.status, "message": res.message[:300],
-                        "server": res.worker.get("server") or "local",
-                        "median_s": res.median_s, "min_s": res.min_s, "max_s": res.max_s, "runs": len(res.times_s),
-                        "min_repeat_ms": min_repeat_ms, "build_group": res.worker.get("build_group", 1),
-                        "flops": res.flops, "load": [round(load_before, 2), round(load_after, 2)],
-                        "time": round(time.time(), 3),
-                    }
-                    written += out.append(record)
-                best = min((r.median_s for r in results if r.ok), default=None)
-                if best is not None:
-                    best_known[tkey] = min(best, best_known.get(tkey, best))
-                phases = results[0].run if results else {}
-                log(f"  [{n + 1}/{len(tasks)}] {task.label}: +{len(chunk)} records"
-                    + (f", best of batch {best * 1e3:.3f} ms" if best else "")
-                    + (f" (builds+reference {phases['prepare_s']:.1f} s, check {phases['check_s']:.1f} s, timing "
-                       f"{phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
-            if finished and ms_done is not None and ms_key not in ms_done.keys:
-                ms_done.add(ms_key)  # every candidate of the search is recorded
-    for w in (writer, heldout_writer):  # a clean finish leaves only compressed shards
-        if w is not None:
-            w.close(compress_open=True)
+                space = Space(doc.model.ops[task.op], doc.primfunc(task.op), tgt)
+                tkey = task.key  # = task_hash(space), computed once by find_tasks
+                out = writer
+                if tkey in heldout and Path(out_dir).resolve() != heldout_dir.resolve():
+                    heldout_writer = heldout_writer or Writer(heldout_dir)
+                    out = heldout_writer
+                pending, pending_keys = [], set()
+                cands, known = candidates_for(space, tkey, trials, lambda sketch, decisions: record_key(
+                    tkey, target, machine, sketch, decisions) in out.keys)
+                skipped += known
+                if generator is not None:
+                    try:
+                        cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
+                    except Exception as e:  # one task the model cannot decode must not stop the collection
+                        log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
+                if recorded is not None:
+                    theirs, refused = recorded.candidates(space, tkey)
+                    cands += theirs
+                    for why in refused:
+                        log(f"  {task.label}: a point of {points_from} left out: {why}")
+                ms_key = f"{tkey}|{target}|{machine}"
+                if ms_done is not None and ms_key not in ms_done.keys and measured_whole(space, counts.get(tkey, 0)):
+                    log(f"  [{n + 1}/{len(tasks)}] {task.label}: every point of the space is measured; no MetaSchedule")
+                    ms_done.add(ms_key)
+                if ms_done is not None and ms_key not in ms_done.keys:
+                    log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
+                    try:
+                        cands += metaschedule_candidates(space, ms_trials, ms_top, int(tkey, 16) % (1 << 31), log)
+                    except Exception as e:  # TVM failing on one task must not stop the collection
+                        log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
+                for policy, point in cands:
+                    key = record_key(tkey, target, machine, point.sketch, point.decisions)
+                    if key in out.keys or key in pending_keys:
+                        skipped += 1
+                        continue
+                    pending.append((key, policy, point))
+                    pending_keys.add(key)
+                if inflight is not None:  # this task is planned: the previous one's builds may be timed now
+                    done, inflight = inflight, None
+                    finish(done)
+                starts = range(0, len(pending), batch)
+                for i in starts:
+                    if deadline and time.time() > deadline:
+                        break
+                    yield_to_measurements()
+                    chunk = pending[i:i + batch]
+                    # The schedule travels as .tsched text: the build workers apply it like any written schedule.
+                    measured = [Candidate(f"{policy}#{j}", task.text, target,
+                                          "\n".join(format_stmt(s) for s in point.stmts), op_name=task.op)
+                                for j, (_, policy, point) in enumerate(chunk)]
+                    last = i == starts[-1]
+                    current = _Batch(task, f"[{n + 1}/{len(tasks)}] {task.label}", tkey, space, out, compiled_for,
+                                     chunk, os.getloadavg()[0],
+                                     ms_key if last and ms_done is not None and ms_key not in ms_done.keys else None,
+                                     harness.prepare(measured, joint_builds=joint_builds))
+                    if last:
+                        inflight = current
+                    else:
+                        finish(current)
+        except Exception:  # built already: a later task's failure does not lose its records
+            if inflight is not None:
+                finish(inflight)
+            raise
+        if inflight is not None:
+            finish(inflight)
+        for w in (writer, heldout_writer):  # a clean finish leaves only compressed shards
+            if w is not None:
+                w.close(compress_open=True)
     return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
 
 
