@@ -16,6 +16,9 @@
    `min_repeat_ms` is one call, and its checking run is its first figure -- worker.py says why).
    A result has the median, min and max over the rounds.
 
+`Harness.measure` does 1-3 in one call; `prepare` (1, returning while the builds run) and `finish` (the
+rest) let a caller work beside the builds -- never beside a timing.
+
 A kernel that crashes its runner (`crash`) or does not answer within `timeout_s` (`timeout`) is
 recorded as such; its runner is replaced and the run continues with the next candidate.
 """

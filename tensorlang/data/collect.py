@@ -254,6 +254,9 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = False,
             points_from: str | Path | None = None, points_top: int = 0, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
+    Each batch is built, then checked and timed by the harness; a task's last batch is checked and timed only
+    after the next task is planned (loaded, its space built, its candidates drawn), so that the planning runs
+    beside the builds and nothing runs beside a timing.
     `rpc`: an RPCConfig -- kernels are timed on the tracker's servers (bench/rpc.py), and the records'
     machine is the servers' key; each record names the server that measured it.
     Tasks the split file holds out (data/split.py) are recorded in `heldout_dir` (default
