@@ -1,8 +1,9 @@
 """Checkpoints side by side: each model's one-pass (constrained) schedule of every task of a set, and
 roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
 
-    .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist] [--repeat 5]
-                                                 [--beams 1,4] [--json benchmarks/results/compare_models.json]
+    .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist|train] [--repeat 5]
+                                                 [--beams 1,4] [--guard on,off] [--vector-tile on,off]
+                                                 [--only-differing] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
 one interleaved run under the measurement lock), so a ratio between two checkpoints compares figures of one
@@ -14,7 +15,11 @@ quality-conditioned one gets its generation token in front): a cheap figure besi
 Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
 `--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams): `NAME@greedy`,
 `NAME@beams4`, the plain `NAME` for the checkpoint's own decoding (its generation_config.json's num_beams).
-`--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`).
+`--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`);
+`--vector-tile on,off` with and without the vector-width innermost tile (space/vector_tile.py; `NAME@vector`,
+`NAME@novector`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
+that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
+whose schedules differ between the models (the rest would tie but for noise; the report counts both).
 Writes the rows and summary as JSON.
 """
 from __future__ import annotations
@@ -54,28 +59,50 @@ def validation_loss(model_dir) -> dict:
 
 
 class Beams:
-    """A Generator decoding with `num_beams` beams, 1 = greedy, and the repeated-reduction guard on or off (phase 1
-    calls `.generate(space)`)."""
+    """A Generator decoding with `num_beams` beams, 1 = greedy, the repeated-reduction guard and the vector tile
+    on or off (phase 1 calls `.generate(space)`)."""
 
-    def __init__(self, gen, num_beams: int, guard: bool):
-        self.gen, self.num_beams, self.guard = gen, num_beams, guard
+    def __init__(self, gen, num_beams: int, guard: bool, vector_tile: bool):
+        self.gen, self.num_beams, self.guard, self.vector_tile = gen, num_beams, guard, vector_tile
 
     def generate(self, space):
-        self.gen.guard = self.guard  # one Generator per checkpoint: its guard is set for each call
+        # one Generator per checkpoint: its decoding switches are set for each call
+        self.gen.guard, self.gen.vector_tile = self.guard, self.vector_tile
         return self.gen.generate(space, num_beams=self.num_beams)
+
+
+def schedules_differ(task, models: list[str], cache) -> bool:
+    """Whether `models` wrote different one-pass schedules for some operator of a task (an error counts as one)."""
+    from tensorlang import api
+    file = task[0]
+    for name in api.load(ROOT / file).model.ops:
+        texts = set()
+        for m in models:
+            e = cache.get(f"{file}:{name}|{m}") or {}
+            texts.add(e.get("schedule_text", e.get("error")))
+        if len(texts) > 1:
+            return True
+    return False
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="checkpoint directories")
-    ap.add_argument("--set", default="heldout", choices=("heldout", "indist"))
-    ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist)")
+    ap.add_argument("--set", default="heldout", choices=("heldout", "indist", "train"),
+                    help="heldout, indist (validation tasks: kept out of training) or train (training tasks)")
+    ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist or train)")
+    ap.add_argument("--only-differing", action="store_true",
+                    help="measure only the tasks whose one-pass schedules differ between the models (the others "
+                         "would tie but for noise); the report counts both")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--beams", default=None,
                     help="comma-separated beam counts to decode with (1: greedy; default: each checkpoint's own)")
     ap.add_argument("--guard", default=None,
                     help="on,off: decode with the repeated-reduction guard both ways (lm/generate.py; default: each "
                          "checkpoint's own)")
+    ap.add_argument("--vector-tile", default=None,
+                    help="on,off: decode with the vector-width innermost tile both ways (space/vector_tile.py; "
+                         "default: each checkpoint's own)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -89,27 +116,35 @@ def main(argv=None) -> int:
     for d in args.models:
         g = Generator(d)
         # the checkpoint's own decoding (generation_config.json) keeps the plain name
-        own = g.guard
+        own, own_vector = g.guard, g.vector_tile
         for nb in ([int(b) for b in args.beams.split(",")] if args.beams else [g.num_beams]):
             for guard in ([v == "on" for v in args.guard.split(",")] if args.guard else [own]):
-                tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
-                tag += "" if guard == own else "@guard" if guard else "@noguard"
-                name = f"{Path(d).name}{tag}={g.name}"
-                if name in gens:
-                    raise SystemExit(f"compare: {d} is given twice")
-                gens[name], dirs[name] = Beams(g, nb, guard), d
+                for vector in ([v == "on" for v in args.vector_tile.split(",")] if args.vector_tile else [own_vector]):
+                    tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
+                    tag += "" if guard == own else "@guard" if guard else "@noguard"
+                    tag += "" if vector == own_vector else "@vector" if vector else "@novector"
+                    name = f"{Path(d).name}{tag}={g.name}"
+                    if name in gens:
+                        raise SystemExit(f"compare: {d} is given twice")
+                    gens[name], dirs[name] = Beams(g, nb, guard, vector), d
     policies = list(gens) + ["roller"]
     losses = {d: validation_loss(d) for d in args.models}
     val = {n: losses[d] for n, d in dirs.items()}
-    tasks = (bench.HELDOUT if args.set == "heldout" else bench.indist_tasks(args.indist))[:args.limit]
+    tasks = (bench.HELDOUT if args.set == "heldout"
+             else bench.indist_tasks(args.indist, validation=args.set == "indist"))[:args.limit]
+    generated = len(tasks)
     with tempfile.TemporaryDirectory() as tmp:
         cache = bench.Cache(Path(tmp) / "schedules.json")
         say(f"{len(tasks)} {args.set} tasks, {len(gens)} models: phase 1 (one-pass schedules)")
         bench.generate_all(tasks, policies, cache, gens, say)
+        if args.only_differing:
+            tasks = [t for t in tasks if schedules_differ(t, list(gens), cache)]
+            say(f"{len(tasks)} of {generated} tasks have schedules that differ between the models: measuring those")
         rows, results = bench.measure_set(tasks, policies, cache, args.repeat, say)
     from tensorlang.bench.command import conditions
     summary = bench.summarize(rows, policies)
-    report = {**bench.run_stamp("compare_models.py", argv, started), "set": args.set, "tasks": len(tasks), "policies": policies,
+    report = {**bench.run_stamp("compare_models.py", argv, started), "set": args.set, "tasks": len(tasks),
+              "tasks_generated": generated, "policies": policies,
               "models": {n: str(d) for n, d in dirs.items()}, "validation_loss": val,
               "rows": rows, "summary": summary,
               "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}
@@ -122,7 +157,10 @@ def format_report(report: dict) -> str:
     pols = report["policies"]
     short = {p: (p.split("=")[0] if "=" in p else p)[:14] for p in pols}
     lines = [f"compare_models on {report['machine'].get('llvm_mcpu')} ({report['machine'].get('cpu')}): "
-             f"{report['set']}, {report['tasks']} tasks; {report['command']}",
+             f"{report['set']}, {report['tasks']} tasks"
+             + (f" (of {report['tasks_generated']}: those whose schedules differ)"
+                if report.get("tasks_generated", report["tasks"]) != report["tasks"] else "")
+             + f"; {report['command']}",
              "models: " + ", ".join(f"{short[p]} = {p.split('=', 1)[1]}" for p in pols if "=" in p),
              f"{'task (median ms; x = not correct)':46s} " + " ".join(f"{short[p]:>14s}" for p in pols)]
     by: dict = {}

@@ -126,9 +126,10 @@ def torch_kind(op) -> str | None:
 
 
 # ------------------------------------------------------------------ tasks
-def indist_tasks(limit: int) -> list[tuple[str, str]]:
+def indist_tasks(limit: int, validation: bool = True) -> list[tuple[str, str]]:
     """Validation tasks of the training models (their shape variants after them), one per kind of operator name
-    first, up to `limit`; a key met again in another file is one task."""
+    first, up to `limit`; a key met again in another file is one task. `validation` False: the training tasks
+    instead (those fine-tuning learned from)."""
     from tensorlang import api
     from tensorlang.data import split
     from tensorlang.data.collect import op_hash
@@ -143,7 +144,8 @@ def indist_tasks(limit: int) -> list[tuple[str, str]]:
             doc = api.load(f)
             for op in doc.model.ops.values():
                 key = op_hash(op)
-                if key not in seen and key not in heldout and is_validation(key) and op.flops and op.flops > 1e6:
+                if key not in seen and key not in heldout and is_validation(key) == validation and op.flops \
+                        and op.flops > 1e6:
                     seen.add(key)
                     found.append((str(f.relative_to(ROOT)), _kind(op.name)))
     out, kinds = [], set()

@@ -166,6 +166,8 @@ class Generator:
         self.num_beams = M.generation_beams(self.path)  # the checkpoint's decoding: 1 = greedy
         # no compute-at site that repeats a reduction's work where one that does not is legal (space/recompute.py)
         self.guard = M.generation_guard(self.path)
+        # a vector-width multiple as the innermost factor of a stage's last spatial loop (space/vector_tile.py)
+        self.vector_tile = M.generation_vector_tile(self.path)
 
     @property
     def name(self) -> str:
@@ -195,10 +197,12 @@ class Generator:
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
         from tensorlang.space.sentence import NextTokens
-        if constraints is not None or self.guard:
-            from tensorlang.space.constraints import ConstrainedTokens
+        if constraints is not None or self.guard or self.vector_tile:
+            from tensorlang.space.constraints import ConstrainedTokens, preferring
             from tensorlang.space.recompute import no_repeated_reduction
-            nt = ConstrainedTokens(space, constraints, prefer=no_repeated_reduction if self.guard else None)
+            from tensorlang.space.vector_tile import vector_innermost
+            prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile)) if on]
+            nt = ConstrainedTokens(space, constraints, prefer=preferring(*prefer) if prefer else None)
         else:
             nt = NextTokens(space)
         fed = [self.ids[t] for t in self.prompt(space)]

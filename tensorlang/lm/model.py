@@ -119,6 +119,17 @@ def generation_guard(path: str | Path) -> bool:
     return bool(json.loads(p.read_text()).get(NO_REPEATED_REDUCTIONS, True)) if p.exists() else True
 
 
+# generation_config.json's switch for vector_tile.vector_innermost: off unless a checkpoint says true
+VECTOR_INNERMOST = "vector_innermost"
+
+
+def generation_vector_tile(path: str | Path) -> bool:
+    """Whether decoding gives a stage's last spatial loop a vector-width multiple as its innermost factor
+    (generation_config.json's `vector_innermost`; false where it is not set)."""
+    p = Path(path) / GENERATION_CONFIG
+    return bool(json.loads(p.read_text()).get(VECTOR_INNERMOST, False)) if p.exists() else False
+
+
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
     p = Path(path) / GENERATION_CONFIG

@@ -670,6 +670,22 @@ def _first_unsatisfiable(space: Space, stmts: tuple) -> Outside:
 
 
 # ---------------------------------------------------------------- decoding
+def preferring(*prefer):
+    """The preferences `prefer` (ConstrainedTokens' `prefer` functions) applied one after the other, each
+    yielding where it would leave nothing; None where none has a preference."""
+    def combined(space, point, decisions):
+        kept = None
+        for f in prefer:
+            values = f(space, point, decisions)
+            if values is None:
+                continue
+            values = set(values) if kept is None else set(values) & kept
+            if values:
+                kept = values
+        return kept
+    return combined
+
+
 class ConstrainedTokens:
     """NextTokens whose legal tokens are narrowed to the constraints: only the sketches left, and at each
     constrained decision only its allowed values. Reads NextTokens' state (its phase, current point and
