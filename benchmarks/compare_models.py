@@ -2,7 +2,7 @@
 roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist|train] [--repeat 5]
-                                                 [--beams 1,4] [--guard on,off] [--vector-tile on,off]
+                                                 [--beams 1,4] [--guard on,off] [--vector-tile on,off] [--parallel-tile on,off]
                                                  [--only-differing] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
@@ -17,7 +17,8 @@ Choose on `--set indist` (validation tasks); the held-out set is the benchmark's
 `NAME@beams4`, the plain `NAME` for the checkpoint's own decoding (its generation_config.json's num_beams).
 `--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`);
 `--vector-tile on,off` with and without the vector-width innermost tile (space/vector_tile.py; `NAME@vector`,
-`NAME@novector`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
+`NAME@novector`); `--parallel-tile on,off` with and without the parallel outer tile (space/parallel_tile.py;
+`NAME@parallel`, `NAME@noparallel`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
 that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
 whose schedules differ between the models (the rest would tie but for noise; the report counts both).
 Writes the rows and summary as JSON.
@@ -25,6 +26,7 @@ Writes the rows and summary as JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -62,13 +64,18 @@ class Beams:
     """A Generator decoding with `num_beams` beams, 1 = greedy, the repeated-reduction guard and the vector tile
     on or off (phase 1 calls `.generate(space)`)."""
 
-    def __init__(self, gen, num_beams: int, guard: bool, vector_tile: bool):
-        self.gen, self.num_beams, self.guard, self.vector_tile = gen, num_beams, guard, vector_tile
+    def __init__(self, gen, num_beams: int, switches: dict):
+        self.gen, self.num_beams, self.switches = gen, num_beams, switches
 
     def generate(self, space):
-        # one Generator per checkpoint: its decoding switches are set for each call
-        self.gen.guard, self.gen.vector_tile = self.guard, self.vector_tile
+        for k, v in self.switches.items():  # one Generator per checkpoint: its decoding switches are set per call
+            setattr(self.gen, k, v)
         return self.gen.generate(space, num_beams=self.num_beams)
+
+
+# decoding switches: Generator attribute -> (option, tag when on, tag when off)
+SWITCHES = {"guard": ("guard", "@guard", "@noguard"), "vector_tile": ("vector_tile", "@vector", "@novector"),
+            "parallel_tile": ("parallel_tile", "@parallel", "@noparallel")}
 
 
 def schedules_differ(task, models: list[str], cache) -> bool:
@@ -103,6 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vector-tile", default=None,
                     help="on,off: decode with the vector-width innermost tile both ways (space/vector_tile.py; "
                          "default: each checkpoint's own)")
+    ap.add_argument("--parallel-tile", default=None,
+                    help="on,off: decode with the parallel outer tile both ways (space/parallel_tile.py; "
+                         "default: each checkpoint's own)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -116,17 +126,19 @@ def main(argv=None) -> int:
     for d in args.models:
         g = Generator(d)
         # the checkpoint's own decoding (generation_config.json) keeps the plain name
-        own, own_vector = g.guard, g.vector_tile
+        own = {k: getattr(g, k) for k in SWITCHES}
+        ways = {k: [v == "on" for v in getattr(args, opt).split(",")] if getattr(args, opt) else [own[k]]
+                for k, (opt, _, _) in SWITCHES.items()}
         for nb in ([int(b) for b in args.beams.split(",")] if args.beams else [g.num_beams]):
-            for guard in ([v == "on" for v in args.guard.split(",")] if args.guard else [own]):
-                for vector in ([v == "on" for v in args.vector_tile.split(",")] if args.vector_tile else [own_vector]):
-                    tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
-                    tag += "" if guard == own else "@guard" if guard else "@noguard"
-                    tag += "" if vector == own_vector else "@vector" if vector else "@novector"
-                    name = f"{Path(d).name}{tag}={g.name}"
-                    if name in gens:
-                        raise SystemExit(f"compare: {d} is given twice")
-                    gens[name], dirs[name] = Beams(g, nb, guard, vector), d
+            for values in itertools.product(*ways.values()):
+                switches = dict(zip(ways, values))
+                tag = "" if nb == g.num_beams else "@greedy" if nb == 1 else f"@beams{nb}"
+                tag += "".join("" if v == own[k] else SWITCHES[k][1] if v else SWITCHES[k][2]
+                               for k, v in switches.items())
+                name = f"{Path(d).name}{tag}={g.name}"
+                if name in gens:
+                    raise SystemExit(f"compare: {d} is given twice")
+                gens[name], dirs[name] = Beams(g, nb, switches), d
     policies = list(gens) + ["roller"]
     losses = {d: validation_loss(d) for d in args.models}
     val = {n: losses[d] for n, d in dirs.items()}

@@ -193,6 +193,7 @@ def decoding(gen, sampled: bool = False) -> str:
     name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
     name += " no-repeated-reductions" if gen.guard else ""
     name += " vector-innermost" if getattr(gen, "vector_tile", False) else ""
+    name += " parallel-outer" if getattr(gen, "parallel_tile", False) else ""
     return f"{name} T={SAMPLE_TEMPERATURE}" if sampled else name
 
 

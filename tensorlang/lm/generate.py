@@ -168,6 +168,8 @@ class Generator:
         self.guard = M.generation_guard(self.path)
         # a vector-width multiple as the innermost factor of a stage's last spatial loop (space/vector_tile.py)
         self.vector_tile = M.generation_vector_tile(self.path)
+        # outer tile levels that give every core work (space/parallel_tile.py)
+        self.parallel_tile = M.generation_parallel_tile(self.path)
 
     @property
     def name(self) -> str:
@@ -197,11 +199,13 @@ class Generator:
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
         from tensorlang.space.sentence import NextTokens
-        if constraints is not None or self.guard or self.vector_tile:
+        if constraints is not None or self.guard or self.vector_tile or self.parallel_tile:
             from tensorlang.space.constraints import ConstrainedTokens, preferring
+            from tensorlang.space.parallel_tile import parallel_outer
             from tensorlang.space.recompute import no_repeated_reduction
             from tensorlang.space.vector_tile import vector_innermost
-            prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile)) if on]
+            prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
+                                      (parallel_outer, self.parallel_tile)) if on]
             nt = ConstrainedTokens(space, constraints, prefer=preferring(*prefer) if prefer else None)
         else:
             nt = NextTokens(space)

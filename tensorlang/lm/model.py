@@ -130,6 +130,17 @@ def generation_vector_tile(path: str | Path) -> bool:
     return bool(json.loads(p.read_text()).get(VECTOR_INNERMOST, False)) if p.exists() else False
 
 
+# generation_config.json's switch for parallel_tile.parallel_outer: off unless a checkpoint says true
+PARALLEL_OUTER = "parallel_outer"
+
+
+def generation_parallel_tile(path: str | Path) -> bool:
+    """Whether decoding keeps a stage's outer tile levels from leaving the cores nothing parallel
+    (generation_config.json's `parallel_outer`; false where it is not set)."""
+    p = Path(path) / GENERATION_CONFIG
+    return bool(json.loads(p.read_text()).get(PARALLEL_OUTER, False)) if p.exists() else False
+
+
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
     p = Path(path) / GENERATION_CONFIG

@@ -1,0 +1,139 @@
+"""Tile preferences for a decoder: the vector-width innermost tile (space/vector_tile.py) -- every multi-level
+tile of a stage's last spatial loop gets an innermost factor the vector units can fill, where the extent allows
+one -- and the parallel outer tile (space/parallel_tile.py); written splits win over both; other loops are
+left to the model."""
+import math
+import random
+
+import pytest
+
+from tensorlang import api
+from tensorlang.parser import parse
+from tensorlang.space import constraints as C
+from tensorlang.space.space import TILE, Space
+from tensorlang.space.vector_tile import vector_innermost, vector_lanes
+
+from conftest import ROOT
+
+MATMUL = ROOT / "examples" / "matmul.tsched"
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    doc = api.load(MATMUL)
+    return Space(doc.model.ops["matmul"], doc.primfunc("matmul"), doc.model.targets["cpu"])
+
+
+def walk(space, prefer, seed, cons=None):
+    """Random decoding through ConstrainedTokens; -> (point, {tile decision's subject: (decision point, factors)})."""
+    dec = C.ConstrainedTokens(space, cons, prefer=prefer)
+    rng = random.Random(seed)
+    try:
+        while not dec.done:
+            dec.push(rng.choice(sorted(dec.allowed())))
+        point = dec.finish()
+    finally:
+        dec.close()
+    tiles = {}
+
+    def choose(p, prefix):
+        value = point.decisions[len(prefix)]
+        if p.kind == TILE:
+            tiles[p.subject] = (p, value)
+        return value
+    space.replay(point.sketch, choose, convert=False)
+    return point, tiles
+
+
+def test_the_last_spatial_loop_gets_a_vector_width_multiple(matmul):
+    lanes = vector_lanes(matmul)
+    assert lanes >= 4  # every CPU the project runs on has 128-bit vectors at least
+    plain = [walk(matmul, None, s)[1] for s in range(12)]
+    preferred = [walk(matmul, vector_innermost, s)[1] for s in range(12)]
+
+    def last_spatial(tiles):
+        return [f for p, f in tiles.values() if p.role == "S"
+                and p.axis == max(i for i, a in enumerate(p.axes) if a[2] == "S")]
+    assert any(f[-1] % lanes for t in plain for f in last_spatial(t))  # the space offers other innermost factors
+    assert all(f[-1] % lanes == 0 for t in preferred for f in last_spatial(t))
+    assert all(last_spatial(t) for t in preferred)  # (the check above saw tiles)
+    # the other loops keep their whole domain: the first spatial loop still takes innermost factors of every kind
+    firsts = {f[-1] for t in preferred for p, f in t.values() if p.role == "S" and p.axis == 0}
+    assert len(firsts) > 1
+
+
+def test_a_written_split_wins_over_the_preference(matmul):
+    module, diags = parse("schedule matmul on cpu {\n"
+                          "    annotate(C, \"meta_schedule.tiling_structure\", \"SSRSRS\")\n"
+                          "    j0, j1, j2, j3 = split(C.j, [1, 1, 512, 1])\n}\n")
+    assert not diags
+    cons = C.constraints(matmul, tuple(module.schedules[0].stmts))
+    assert cons.outside is None
+    point, tiles = walk(matmul, vector_innermost, 0, cons)
+    assert [f for p, f in tiles.values() if p.subject.startswith("j")] == [(1, 1, 512, 1)]
+
+
+def test_the_shipped_model_decodes_with_the_parallel_tile_and_not_the_vector_tile(tmp_path):
+    import json
+    import shutil
+
+    from tensorlang.lm import model as M
+    assert not M.generation_vector_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
+    assert M.generation_parallel_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "tensorlang" / "lm" / "checkpoints" / "default", ckpt)
+    cfg = json.loads((ckpt / M.GENERATION_CONFIG).read_text())
+    (ckpt / M.GENERATION_CONFIG).write_text(json.dumps({**cfg, M.VECTOR_INNERMOST: True}))
+    assert M.generation_vector_tile(ckpt)
+
+
+def test_the_outer_tile_levels_leave_every_core_work(matmul):
+    """parallel_outer: with it, the product of every spatial loop's outer two factors reaches the target's
+    cores (a random walk without it often leaves 1: no parallel loop); written splits still win."""
+    from tensorlang.machine import target_cpu
+    from tensorlang.space.parallel_tile import parallel_outer
+    cores = target_cpu(matmul.target.params).cores
+
+    def outer_parallel(tiles):
+        spatial = [f for p, f in tiles.values() if p.role == "S" and p.n >= 3]
+        assert len(spatial) == 2  # i and j of the matmul
+        return math.prod(f[0] * f[1] for f in spatial)
+    plain = [outer_parallel(walk(matmul, None, s)[1]) for s in range(16)]
+    kept = [outer_parallel(walk(matmul, parallel_outer, s)[1]) for s in range(16)]
+    assert min(plain) < cores <= min(kept)
+    module, diags = parse("schedule matmul on cpu {\n"
+                          "    annotate(C, \"meta_schedule.tiling_structure\", \"SSRSRS\")\n"
+                          "    i0, i1, i2, i3 = split(C.i, [1, 1, 64, 8])\n"
+                          "    j0, j1, j2, j3 = split(C.j, [1, 1, 32, 16])\n}\n")
+    cons = C.constraints(matmul, tuple(module.schedules[0].stmts))
+    assert not diags and cons.outside is None
+    assert outer_parallel(walk(matmul, parallel_outer, 0, cons)[1]) == 1
+    # the earlier tiles are read from the decisions, not from the loops a decoder's point keeps from an earlier
+    # replay: after a walk whose i has outer factors 8 x 8, one whose i has 1 x 1 still gets j's outer >= cores
+    for i_split in ("[8, 8, 8, 1]", "[1, 1, 64, 8]"):
+        module, _ = parse("schedule matmul on cpu {\n"
+                          "    annotate(C, \"meta_schedule.tiling_structure\", \"SSRSRS\")\n"
+                          f"    i0, i1, i2, i3 = split(C.i, {i_split})\n}}\n")
+        cons = C.constraints(matmul, tuple(module.schedules[0].stmts))
+        for seed in range(4):
+            assert outer_parallel(walk(matmul, parallel_outer, seed, cons)[1]) >= cores
+
+
+def test_the_parallel_preference_changes_nothing_where_the_earlier_tiles_give_every_core_work():
+    """MobileNetV2's 1x1 conv (96 -> 576 channels, 14x14): the shipped model's tiles of ff and yy already give
+    2,688 outer iterations, so its xx tile is its own with the preference on -- read from the decisions made,
+    not from the loops of an earlier replay that a decoder's point keeps (they once made it [14, 1, 1, 1],
+    11x slower). Its LLaMA matmul3 (no outer iteration at all) gets some."""
+    from tensorlang.lm.generate import Generator
+    gen = Generator()
+    for stem, changes in (("mobilenetv2/fused_conv2d20_subtract13_divide13_expand_dims8_multiply13_expand_dims8_"
+                           "add25_tir_clip8", False), ("llama7b-layer/matmul3", True)):
+        doc = api.load(ROOT / "data" / "workloads" / f"{stem}.tsched")
+        name = next(iter(doc.model.ops))
+        space = Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets["llvm"])
+        texts = []
+        for on in (False, True):
+            gen.parallel_tile = on
+            texts.append(gen.generate(space).schedule_text)
+        assert (texts[0] != texts[1]) == changes, stem
+        assert "parallel(" in texts[1]
