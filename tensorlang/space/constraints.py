@@ -673,10 +673,10 @@ def _first_unsatisfiable(space: Space, stmts: tuple) -> Outside:
 def preferring(*prefer):
     """The preferences `prefer` (ConstrainedTokens' `prefer` functions) applied one after the other, each
     yielding where it would leave nothing; None where none has a preference."""
-    def combined(space, point, decisions):
+    def combined(space, point, decisions, sketch=None):
         kept = None
         for f in prefer:
-            values = f(space, point, decisions)
+            values = f(space, point, decisions, sketch)
             if values is None:
                 continue
             values = set(values) if kept is None else set(values) & kept
@@ -691,7 +691,7 @@ class ConstrainedTokens:
     constrained decision only its allowed values. Reads NextTokens' state (its phase, current point and
     choice) and filters a copy of the choice; it adds nothing to what NextTokens checks.
 
-    `cons` None: no constraint. `prefer(space, point, decisions) -> values | None` (None: no preference): a
+    `cons` None: no constraint. `prefer(space, point, decisions, sketch) -> values | None` (None: no preference): a
     narrowing that yields to the constraints -- applied where some value the constraints allow is among its
     values, else left out (a user who wrote a compute_at that repeats a reduction gets it;
     recompute.no_repeated_reduction)."""
@@ -709,7 +709,7 @@ class ConstrainedTokens:
         made = tuple(nt.decisions)
         ok = set(self.cons.allowed(self.space, nt.sketch, len(made), nt._point, made)) if self.cons is not None \
             else None
-        better = self.prefer(self.space, nt._point, made) if self.prefer is not None else None
+        better = self.prefer(self.space, nt._point, made, nt.sketch) if self.prefer is not None else None
         if better is not None:
             better = set(better) if ok is None else set(better) & ok
             if better:

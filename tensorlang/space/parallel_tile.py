@@ -8,21 +8,73 @@ one-pass schedules of benchmarks/tlm.py's tasks had no parallel loop, and 7 of t
 roller's (validation: BERT's fused_matmul_add2 1.85 against 0.97 ms, a TinyLlama matmul 138 against 39 ms;
 held-out: LLaMA's matmul3 280 against 156 ms).
 
-`parallel_outer(space, point, decisions)`: at a CPU tile decision of a stage's last spatial loop (its
-other spatial loops tiled already, by the decisions just before it), the tiles whose
-outer two factors bring the product of every spatial loop's outer two factors to at least the target's core
-count, where one does; None elsewhere. A preference for a decoder (ConstrainedTokens' `prefer`), a heuristic
-like vector_tile's: a checkpoint turns it on with generation_config.json `parallel_outer`. The shipped one
-does: on znver4 (benchmarks/compare_models.py --parallel-tile on,off --only-differing) it changed 4 of 30
-validation schedules (1.90x on them; the whole set ~1.09x), 6 of 257 training ones (1.19x; one depthwise-
-free 1x1 conv lost, 0.36x) and 3 of 22 held-out ones (1.20x; LLaMA matmul3 278 -> 180 ms).
+`parallel_outer(space, point, decisions, sketch)`: at a CPU tile decision of a stage's last spatial loop
+(its other spatial loops tiled already, by the decisions just before it), the tiles whose parallel levels
+bring the product of every spatial loop's factors at those levels to at least the target's core count,
+where one does; None elsewhere. The parallel levels are the outer two, or only the outermost where the
+sketch computes a consumer (an epilogue, a cache write) at this loop's level-0 part: the postprocessor fuses
+loops down to the first that holds more than one thing, so `reverse_compute_at(T, xx0)` leaves it
+nn0 * ff0 * yy0 * xx0 to run in parallel. The model wrote that with every level-0 factor 1 on 4 of its 44
+one-pass schedules of benchmarks/tlm.py's tasks (znver4): no parallel loop at all, EfficientNet's stem conv
+1.75 ms against MetaSchedule-64's 0.93, a TinyLlama matmul 1.24 against roller's 0.61 ms. Never at the
+cost of the innermost factor, which the model writes first: an innermost factor that no tile with enough
+parallel work has keeps all its tiles (a 14-wide row kept whole as one vector stays unparallelised).
+
+A preference for a decoder (ConstrainedTokens' `prefer`), a heuristic like vector_tile's: a checkpoint turns
+it on with generation_config.json `parallel_outer`. The shipped one does: on znver4 (benchmarks/
+compare_models.py --parallel-tile on,off --only-differing) it changes 4 of 30 validation schedules (2.20x on
+them, 4 wins), 8 of 257 training ones (1.74x, 8 wins) and 4 of 22 held-out ones (1.60x, 4 wins: LLaMA's
+matmul 52 -> 29 ms, EfficientNet's stem conv 1.60 -> 1.21 ms). The first rule (outer two levels always)
+changed 6 training schedules, 1.19x, losing 0.36x on one; with the level-0 case alone, 10, 1.26x, losing
+2.3-2.7x on two 7- and 14-wide RegNet convs that the innermost rule now leaves alone.
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 
-def parallel_outer(space, point, decisions=()) -> tuple | None:
+# What a benchmark's cache of generated schedules names this rule by: changed with what the rule keeps
+# (v2: only the outermost level where the sketch computes a consumer at level 0; v3: an innermost factor
+# without a parallel tile keeps its tiles).
+RULE = "parallel-outer v3"
+
+# per space (a weak key: a space dies with its operator's document), per sketch: consumer_levels' answer
+_LEVELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def consumer_levels(space, sketch: int) -> dict[int, int]:
+    """{decision index of a tile: the level of its split that the sketch computes a consumer at}, read off the
+    sketch's trace: a SamplePerfectTile's factors feed a Split, whose i-th loop a ReverseComputeAt names.
+    (Trace variables are matched with same_as: == on a TVM expression builds an expression.)"""
+    memo = _LEVELS.setdefault(space, {})
+    if sketch in memo:
+        return memo[sketch]
+    from tensorlang.space.space import _SAMPLING
+    sampled: list = []  # (a sampled factor's variable, the decision that sampled it)
+    splits: list = []  # (decision, the loops a split of its factors made)
+    out: dict = {}
+    k = 0
+    for inst in space.sketches[sketch].insts:
+        name = inst.kind.name
+        if name == "SamplePerfectTile":
+            sampled += [(v, k) for v in inst.outputs]
+        if name in _SAMPLING:
+            k += 1
+        elif name == "Split":
+            d = next((k2 for f in inst.inputs[1:] for v, k2 in sampled if f is not None and v.same_as(f)), None)
+            if d is not None:
+                splits.append((d, list(inst.outputs)))
+        elif name == "ReverseComputeAt":
+            for d, loops in splits:
+                level = next((i for i, lp in enumerate(loops) if lp.same_as(inst.inputs[1])), None)
+                if level is not None:
+                    out[d] = min(level, out.get(d, level))
+    memo[sketch] = out
+    return out
+
+
+def parallel_outer(space, point, decisions=(), sketch=None) -> tuple | None:
     from tensorlang.machine import target_cpu
     from tensorlang.space.space import TILE
     if point.kind != TILE or space.target.is_gpu or point.role != "S" or point.n < 3:
@@ -36,7 +88,14 @@ def parallel_outer(space, point, decisions=()) -> tuple | None:
     earlier = decisions[len(decisions) - len(point.outer) // point.n:] if point.outer else ()
     if any(not isinstance(t, (tuple, list)) or len(t) != point.n for t in earlier):
         return None
-    before = math.prod(t[0] * t[1] for t in earlier)
+    # a consumer computed at this loop's level-0 part leaves only level 0 to the parallel loop
+    levels = 1 if sketch is not None and consumer_levels(space, sketch).get(len(decisions)) == 0 else 2
+    before = math.prod(math.prod(t[:levels]) for t in earlier)
     cores = target_cpu(space.target.params).cores
-    kept = tuple(f for f in point.domain if before * f[0] * f[1] >= cores)
-    return kept if kept and len(kept) < len(point.domain) else None
+    enough = {f for f in point.domain if before * math.prod(f[:levels]) >= cores}
+    # Never at the cost of the innermost (vectorised) factor, which a decoder writes first: an innermost
+    # factor that no tile with parallel work has keeps its tiles. Forcing xx0 >= 2 on a 14-wide xx made the
+    # model give up its 14-wide vector for [2, 1, 7, 1]: 2.3x slower on a MobileNet depthwise conv.
+    reach = {f[-1] for f in enough}
+    kept = tuple(f for f in point.domain if f in enough or f[-1] not in reach)
+    return kept if enough and len(kept) < len(point.domain) else None

@@ -74,7 +74,7 @@ def site_repeats(point, decisions=()) -> dict[int, int]:
     return out
 
 
-def no_repeated_reduction(space, point, decisions=()) -> tuple | None:
+def no_repeated_reduction(space, point, decisions=(), sketch=None) -> tuple | None:
     """The values of a decision that a decoder keeps (ConstrainedTokens' `prefer`): at a compute-at decision
     of a stage with a reduction, the sites that compute it once; None (every value) elsewhere."""
     from tensorlang.space.space import LOCATION

@@ -28,7 +28,7 @@ def vector_lanes(space) -> int:
     return max(vector_bits(space.target) // (8 * itemsize), 1)
 
 
-def vector_innermost(space, point, decisions=()) -> tuple | None:
+def vector_innermost(space, point, decisions=(), sketch=None) -> tuple | None:
     from tensorlang.space.space import TILE
     if point.kind != TILE or space.target.is_gpu or point.role != "S":
         return None
