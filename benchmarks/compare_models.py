@@ -61,8 +61,8 @@ def validation_loss(model_dir) -> dict:
 
 
 class Beams:
-    """A Generator decoding with `num_beams` beams, 1 = greedy, the repeated-reduction guard and the vector tile
-    on or off (phase 1 calls `.generate(space)`)."""
+    """A Generator decoding with `num_beams` beams, 1 = greedy, and its decoding switches (SWITCHES: the
+    repeated-reduction guard, the vector tile, the parallel tile) on or off (phase 1 calls `.generate(space)`)."""
 
     def __init__(self, gen, num_beams: int, switches: dict):
         self.gen, self.num_beams, self.switches = gen, num_beams, switches
