@@ -607,3 +607,15 @@ def test_a_task_is_planned_beside_the_last_builds_and_never_beside_a_timing(tmp_
         C.collect(files, "llvm", tmp_path / "e", trials=2, batch=2)
     assert events[-2:] == ["prepare matmul x2", "finish matmul"]
     assert len(list(dataset.read(tmp_path / "e"))) == 2
+
+
+def test_collect_with_a_missing_model_is_an_error_not_a_crash(tmp_path):
+    """--model naming no checkpoint: exit 2 before any task, with the path and the shipped model's, no TS900."""
+    tasks, env = rowsum_tasks(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "collect", str(tasks), "--target", "cpu", "--trials", "0",
+                        "--model", "default", "-o", str(tmp_path / "measured")],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("tensorlang collect: error: no model checkpoint at default "
+                                "(the shipped model: --model tensorlang/lm/checkpoints/default)")
+    assert not (tmp_path / "measured").exists()

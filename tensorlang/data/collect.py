@@ -547,7 +547,15 @@ def best_k(dirs: list[str | Path], task: str, target: str, k: int = 5) -> list[d
 
 
 def main_collect(args) -> int:
-    if not args.model:  # only the model's candidates need PyTorch; tvm_ffi would import it anyway (1.3 s)
+    if args.model:
+        from tensorlang.baselines.tlm import checkpoint_missing
+        from tensorlang.lm.model import DEFAULT_DIR as SHIPPED
+        missing = checkpoint_missing(args.model)
+        if missing:  # said before any task is loaded, not as an internal error at the first one
+            print(f"tensorlang collect: error: {missing} (the shipped model: --model "
+                  f"{os.path.relpath(SHIPPED)})", file=sys.stderr)
+            return 2
+    else:  # only the model's candidates need PyTorch; tvm_ffi would import it anyway (1.3 s)
         from tensorlang.bench.worker import keep_torch_out
         keep_torch_out()
     rpc = None
