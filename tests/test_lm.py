@@ -723,7 +723,10 @@ def test_untuned_cpu_is_said_once(tiny, monkeypatch):
 
 def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, monkeypatch):
     """--best-top 3 --eval-steps 2: the 3 fastest schedules of each task; the validation loss every 2 steps
-    lands in the card (validation_curve), the last point being the final validation loss's step."""
+    lands in the card (validation_curve), the last point being the final validation loss's step. The model
+    decodes as the one it started from: generation_config.json's switches are carried over."""
+    import shutil
+
     from tensorlang.data.collect import op_hash
     from tensorlang.lm import data as D
     from tensorlang.lm import model as M
@@ -731,7 +734,12 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     _, spaces = _spaces()
     held = op_hash(spaces["rowmax"].op)  # the rowmax task as the validation task
     monkeypatch.setattr(D, "is_validation", lambda key, fraction=0: key == held)
-    entry = T.train("finetune", tmp_path / "ft", init=tiny[0] / "pre", epochs=4, batch_size=1, save_steps=1000,
+    init = tmp_path / "pre"
+    shutil.copytree(tiny[0] / "pre", init)
+    cfg = json.loads((init / M.GENERATION_CONFIG).read_text())
+    (init / M.GENERATION_CONFIG).write_text(json.dumps(cfg | {M.PARALLEL_OUTER: True, M.NO_REPEATED_REDUCTIONS: False}))
+    M.set_generation_beams(init, 2)
+    entry = T.train("finetune", tmp_path / "ft", init=init, epochs=4, batch_size=1, save_steps=1000,
                     best_only=True, best_top=3, eval_steps=2, measured_dirs=[corpus / "measured"],
                     pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", log=lambda *a, **k: None)
     assert entry["records"] == 6 and entry["train_examples"] == 3 and entry["validation_examples"] == 3
@@ -739,6 +747,8 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     curve = entry["validation_curve"]
     assert [s for s, _ in curve] == [2, 4, 6, 8, 10, 12] and all(x > 0 for _, x in curve)
     assert M.read_card(tmp_path / "ft")["stages"][-1]["validation_curve"] == curve
+    assert (M.generation_parallel_tile(tmp_path / "ft"), M.generation_guard(tmp_path / "ft"),
+            M.generation_beams(tmp_path / "ft"), M.generation_vector_tile(tmp_path / "ft")) == (True, False, 2, False)
 
 
 def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):

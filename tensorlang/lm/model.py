@@ -152,6 +152,22 @@ def set_generation_beams(path: str | Path, num_beams: int) -> None:
     p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+# the decoding a checkpoint asks for in its generation_config.json: what a model trained from it keeps
+DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER)
+
+
+def copy_decoding(src: str | Path, dst: str | Path) -> dict:
+    """Give checkpoint `dst` the decoding switches of `src` (a model fine-tuned from `src`): save_pretrained
+    writes transformers' own generation fields only, and a round of fine-tuning that silently dropped
+    `parallel_outer` would be compared, and shipped, decoding differently from the model it started from."""
+    s, d = Path(src) / GENERATION_CONFIG, Path(dst) / GENERATION_CONFIG
+    switches = {k: v for k, v in (json.loads(s.read_text()) if s.exists() else {}).items() if k in DECODING_SWITCHES}
+    cfg = json.loads(d.read_text()) if d.exists() else {}
+    cfg.update(switches)
+    d.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return switches
+
+
 def tuned_cpus(card: dict) -> set[str] | None:
     """The CPUs (LLVM names) whose measurements the model was fine-tuned on; None if the card does not say."""
     stages = [s for s in card.get("stages", []) if s.get("stage") == "finetune"]

@@ -207,6 +207,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
                  "gpu": "untuned for GPUs: no GPU measurement was in fine-tuning; CUDA generation is constrained "
                         "(legal) but its choices are only the pre-training distribution's"})
     M.save(trainer.model, out, card, dtype=dtype)
+    if init is not None:
+        M.copy_decoding(init, out)
     log(f"{stage}: {state.global_step} steps, {seen:,} tokens seen in {train_s:.0f} s; train loss "
         f"{entry['train_loss']}, validation loss {entry['validation_loss']}; model in {out}", file=sys.stderr)
     return entry
