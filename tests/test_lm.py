@@ -736,8 +736,8 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     monkeypatch.setattr(D, "is_validation", lambda key, fraction=0: key == held)
     init = tmp_path / "pre"
     shutil.copytree(tiny[0] / "pre", init)
-    cfg = json.loads((init / M.GENERATION_CONFIG).read_text())
-    (init / M.GENERATION_CONFIG).write_text(json.dumps(cfg | {M.PARALLEL_OUTER: True, M.NO_REPEATED_REDUCTIONS: False}))
+    cfg = M.generation_config(init) | {M.PARALLEL_OUTER: True, M.NO_REPEATED_REDUCTIONS: False}
+    (init / M.GENERATION_CONFIG).write_text(json.dumps(cfg))
     M.set_generation_beams(init, 2)
     entry = T.train("finetune", tmp_path / "ft", init=init, epochs=4, batch_size=1, save_steps=1000,
                     best_only=True, best_top=3, eval_steps=2, measured_dirs=[corpus / "measured"],

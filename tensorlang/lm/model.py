@@ -100,11 +100,21 @@ def version(card: dict) -> str:
 GENERATION_CONFIG = "generation_config.json"
 
 
+def generation_config(path: str | Path) -> dict:
+    """A checkpoint's generation_config.json ({} where it has none): transformers' fields and this project's
+    decoding switches below."""
+    p = Path(path) / GENERATION_CONFIG
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _write_generation_config(path: str | Path, cfg: dict) -> None:
+    (Path(path) / GENERATION_CONFIG).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def generation_beams(path: str | Path) -> int:
     """The checkpoint's decoding: `num_beams` of its generation_config.json (transformers' own field and file,
     written by save_pretrained); 1 (greedy) where it is not set."""
-    p = Path(path) / GENERATION_CONFIG
-    return int(json.loads(p.read_text()).get("num_beams", 1)) if p.exists() else 1
+    return int(generation_config(path).get("num_beams", 1))
 
 
 # generation_config.json's switch for recompute.no_repeated_reduction (lm/generate.py): on unless a checkpoint
@@ -115,8 +125,7 @@ NO_REPEATED_REDUCTIONS = "no_repeated_reductions"
 def generation_guard(path: str | Path) -> bool:
     """Whether decoding keeps reductions from being computed more than once (generation_config.json's
     `no_repeated_reductions`; true where it is not set)."""
-    p = Path(path) / GENERATION_CONFIG
-    return bool(json.loads(p.read_text()).get(NO_REPEATED_REDUCTIONS, True)) if p.exists() else True
+    return bool(generation_config(path).get(NO_REPEATED_REDUCTIONS, True))
 
 
 # generation_config.json's switch for vector_tile.vector_innermost: off unless a checkpoint says true
@@ -126,8 +135,7 @@ VECTOR_INNERMOST = "vector_innermost"
 def generation_vector_tile(path: str | Path) -> bool:
     """Whether decoding gives a stage's last spatial loop a vector-width multiple as its innermost factor
     (generation_config.json's `vector_innermost`; false where it is not set)."""
-    p = Path(path) / GENERATION_CONFIG
-    return bool(json.loads(p.read_text()).get(VECTOR_INNERMOST, False)) if p.exists() else False
+    return bool(generation_config(path).get(VECTOR_INNERMOST, False))
 
 
 # generation_config.json's switch for parallel_tile.parallel_outer: off unless a checkpoint says true
@@ -137,35 +145,29 @@ PARALLEL_OUTER = "parallel_outer"
 def generation_parallel_tile(path: str | Path) -> bool:
     """Whether decoding keeps a stage's outer tile levels from leaving the cores nothing parallel
     (generation_config.json's `parallel_outer`; false where it is not set)."""
-    p = Path(path) / GENERATION_CONFIG
-    return bool(json.loads(p.read_text()).get(PARALLEL_OUTER, False)) if p.exists() else False
+    return bool(generation_config(path).get(PARALLEL_OUTER, False))
 
 
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
-    p = Path(path) / GENERATION_CONFIG
-    cfg = json.loads(p.read_text()) if p.exists() else {}
+    cfg = generation_config(path)
     if num_beams == 1:
         cfg.pop("num_beams", None)
     else:
         cfg["num_beams"] = num_beams
-    p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    _write_generation_config(path, cfg)
 
 
 # the decoding a checkpoint asks for in its generation_config.json: what a model trained from it keeps
 DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER)
 
 
-def copy_decoding(src: str | Path, dst: str | Path) -> dict:
+def copy_decoding(src: str | Path, dst: str | Path) -> None:
     """Give checkpoint `dst` the decoding switches of `src` (a model fine-tuned from `src`): save_pretrained
     writes transformers' own generation fields only, and a round of fine-tuning that silently dropped
     `parallel_outer` would be compared, and shipped, decoding differently from the model it started from."""
-    s, d = Path(src) / GENERATION_CONFIG, Path(dst) / GENERATION_CONFIG
-    switches = {k: v for k, v in (json.loads(s.read_text()) if s.exists() else {}).items() if k in DECODING_SWITCHES}
-    cfg = json.loads(d.read_text()) if d.exists() else {}
-    cfg.update(switches)
-    d.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return switches
+    switches = {k: v for k, v in generation_config(src).items() if k in DECODING_SWITCHES}
+    _write_generation_config(dst, generation_config(dst) | switches)
 
 
 def tuned_cpus(card: dict) -> set[str] | None:
