@@ -47,6 +47,7 @@ CODES = {
     "TS213": "left-hand side subscripts must be distinct index names",
     "TS214": "index out of range",
     "TS215": "division by zero",
+    "TS216": "a stage nothing reads",
     # schedules
     "TS301": "unknown schedule primitive",
     "TS302": "bad arguments to a schedule primitive",

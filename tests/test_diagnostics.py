@@ -609,6 +609,42 @@ def test_tvm_messages_name_no_raw_ir_objects():
     assert "\n" not in d.message and len(d.message) < 400
 
 
+def test_tvm_messages_name_the_stages_they_mean():
+    # TVM names the consumers as IR objects run together (`s_tir.SBlock#0s_tir.SBlock#1`); the dump
+    # above the message says which block each is.
+    text = sub(example("softmax"), "    parallel(Y.i)\n", "    parallel(Y.i)\n    compute_at(M, Y.i)\n")
+    d = expect_one(text, 14, 19, "TS309", "List of the consumer(s): 'E'; legal locations: E.i, E.j")
+    text = sub(example("softmax"), "    parallel(Y.i)\n", "    parallel(Y.i)\n    compute_at(S, Y.j)\n")
+    expect_one(text, 15, 19, "TS309", "Expected the block 'S' and loop 'i' to be under the same block scope")
+
+
+def test_ts216_a_stage_nothing_reads_is_left_out_and_a_schedule_naming_it_is_an_error():
+    # Found by test_fuzz: Y divides by M, so S is read by nothing; TVM builds no block S and naming it
+    # was an internal error (TS900).
+    text = sub(example("softmax"), "Y[i, j] = E[i, j] / S[i]", "Y[i, j] = E[i, j] / M[i]")
+    ds = run_check(text)
+    assert [(d.span.line, d.span.col, d.code, d.severity) for d in ds] == [
+        (8, 5, "TS216", "warning"), (14, 16, "TS303", "error")]
+    assert ds[0].message == "'S' is computed but nothing reads it: the kernel leaves it out (a schedule cannot name it)"
+    assert ds[1].message == "stage 'S' is not in the kernel: nothing reads it (line 8); stages: M, E or Y"
+    doc = api.load_text(text, "t.tsched")
+    assert [s.tensor for s in doc.model.ops["softmax"].stages] == ["M", "E", "Y"]
+    # without the statement that names S, the schedule applies and computes what NumPy does
+    fixed = sub(text, "    compute_at(S, Y.i)\n", "")
+    assert [d.code for d in run_check(fixed)] == ["TS216"]
+    import tvm
+
+    from tensorlang.lower.build import compile_module
+    from tensorlang.lower.targets import tvm_target
+    low = api.lower_op(api.load_text(fixed, "t.tsched"), "softmax", "cpu")
+    assert low.ok, _show(low.diagnostics)
+    x = np.random.default_rng(0).standard_normal((128, 1024)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((128, 1024), "float32"), tvm.cpu(0))
+    compile_module(low.mod, tvm_target(low.target))["main"](tvm.runtime.tensor(x, tvm.cpu(0)), out)
+    m = x.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), np.exp(x - m) / m, rtol=1e-5)
+
+
 def test_ts312_wrong_number_of_names_bound():
     text = sub(example("matmul"), "k0, k1 = split(C.k, [128, 4])", "k0, k1, k2 = split(C.k, [128, 4])")
     expect_one(text, 14, 5, "TS312", "split into 2 loops binds 2 names; 3 given", legality=False)

@@ -179,7 +179,24 @@ def check_op(op: A.Op) -> tuple[OpModel | None, list[Diagnostic]]:
         return None, diags
     if not ok or any(d.severity == "error" for d in diags):
         return None, diags
-    return OpModel(op, tensors, tuple(stages)), diags
+    live = live_stages(op)
+    for sm in stages:
+        if sm.tensor not in live:
+            diags.append(warning("TS216", f"'{sm.tensor}' is computed but nothing reads it: the kernel leaves it out "
+                                          f"(a schedule cannot name it)", sm.ast.name_span))
+    return OpModel(op, tensors, tuple(sm for sm in stages if sm.tensor in live)), diags
+
+
+def live_stages(op: A.Op) -> set[str]:
+    """The stages an output depends on. TVM builds only those (te.create_prim_func walks back from the
+    outputs), so the checked model keeps only those: a schedule naming another would name no block."""
+    needed = {p.name for p in op.outputs}
+    live: set[str] = set()
+    for st in reversed(op.stages):
+        if st.tensor in needed:
+            live.add(st.tensor)
+            needed |= A.tensors_read(st.rhs)
+    return live
 
 
 class _StageChecker:

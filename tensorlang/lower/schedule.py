@@ -37,6 +37,7 @@ class NameEnv:
     # where loops came from, for fixes that name the statement to change (GPU limits):
     split_origins: dict = field(default_factory=dict)  # loop var name -> (factors span, factors, extent, index)
     fused: dict = field(default_factory=dict)  # loop var name -> the names of the loops fused into it
+    unread: dict = field(default_factory=dict)  # a stage nothing reads (not in the kernel, TS216) -> its line
 
     def components(self, name: str) -> list[str]:
         """The split outputs a loop is made of (itself, or those fused into it, recursively)."""
@@ -82,6 +83,7 @@ def initial_env(sch, op_model) -> NameEnv:
     env = NameEnv(op_stages=op_model.stages)
     for st in op_model.stages:
         env.stages[st.tensor] = sch.get_sblock(st.tensor)
+    env.unread = {st.tensor: st.name_span.line for st in op_model.ast.stages if st.tensor not in env.stages}
     return env
 
 
@@ -179,6 +181,9 @@ def resolve_stage(sch, env: NameEnv, ref: A.Ref):
     except Exception:
         pass
     stages = all_stage_names(sch, env)
+    if name in env.unread:
+        raise StmtError(error("TS303", f"stage '{name}' is not in the kernel: nothing reads it (line "
+                                       f"{env.unread[name]}); stages: {one_of(stages)}", ref.span, stages))
     what = " (a loop)" if name in env.loops else ""
     from difflib import get_close_matches
     raise StmtError(error("TS303", f"unknown stage '{name}'{what}; stages: {one_of(stages)}", ref.span,
@@ -398,9 +403,14 @@ def condense_tvm_error(text: str) -> str:
     m = re.search(r"Error message:\s*(.+)", text, re.S)
     msg = m.group(1) if m else text.strip().splitlines()[-1] if text.strip() else "rejected"
     msg = msg.strip().split("\n")[0]
-    msg = re.sub(r"\b[\w.]*SBlock#\d+", "the stage", msg)
-    msg = re.sub(r"\b[\w.]*For#\d+", "the loop", msg)
-    msg = re.sub(r"(the stage|the loop)(?=the )", r"\1, ", msg)
+    # The dump marks each object the message names (`# s_tir.SBlock#0` above `with T.sblock("E"):`, and
+    # `For#1` above `for j in ...`): name them as the schedule does; the message runs several together.
+    names = {m.group(1): f"'{m.group(2) or m.group(3)}'" for m in re.finditer(
+        r"#\s*[\w.]*?((?:SBlock|For)#\d+)\s*\n\s*(?:with T\.sblock\(\"([^\"]+)\"|for (\w+) in)", text)}
+    msg = re.sub(r"[a-z_.]*((?:SBlock|For)#\d+)",
+                 lambda m: " " + names.get(m.group(1), "the stage" if m.group(1).startswith("S") else "the loop"), msg)
+    msg = re.sub(r"(?<=') +(?=')|(?<=the stage) +(?=the stage)|(?<=the loop) +(?=the loop)", ", ", msg)
+    msg = re.sub(r"  +", " ", msg)
     msg = re.sub(r":(?=\S)", ": ", msg)
     msg = re.sub(r"^(ScheduleError|ValueError|TVMError|InternalError):\s*", "", msg)
     return msg[:300]

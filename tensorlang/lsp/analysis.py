@@ -222,7 +222,7 @@ class Analysis:
             for a in e.args:
                 self._expr_occurrences(op, st, a, out, lhs, seen, on_lhs)
             return
-        for child in _expr_children(e):
+        for child in A.children(e):
             self._expr_occurrences(op, st, child, out, lhs, seen, on_lhs)
 
     def _schedule_occurrences(self, n: int, sched: A.Schedule, out: list[Occ]):
@@ -307,31 +307,11 @@ class Analysis:
         return completion_context(self, line0, col0)
 
 
-def _expr_children(e):
-    if isinstance(e, A.BinOp):
-        return [e.left, e.right]
-    if isinstance(e, (A.Neg, A.Not)):
-        return [e.operand]
-    if isinstance(e, A.Compare):
-        return list(e.operands)
-    if isinstance(e, A.BoolOp):
-        return list(e.values)
-    if isinstance(e, A.IfExp):
-        return [e.then, e.cond, e.orelse]
-    if isinstance(e, A.Paren):
-        return [e.expr]
-    if isinstance(e, A.Access):
-        return list(e.indices)
-    if isinstance(e, A.Call):
-        return list(e.args)
-    return []
-
-
 def _vars_in(e) -> set[str]:
     if isinstance(e, A.Var):
         return {e.name}
     out = set()
-    for c in _expr_children(e):
+    for c in A.children(e):
         out |= _vars_in(c)
     return out
 

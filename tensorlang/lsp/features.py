@@ -50,7 +50,7 @@ def lsp_diagnostic(an: Analysis, d: Dg.Diagnostic) -> T.Diagnostic:
     return T.Diagnostic(
         range=to_range(an, d.span), message=d.message, severity=_SEVERITY.get(d.severity, T.DiagnosticSeverity.Error),
         code=d.code, source=SOURCE, data={"suggestions": list(d.suggestions)} if d.suggestions else None,
-        tags=[T.DiagnosticTag.Unnecessary] if d.code == "TS212" else None)
+        tags=[T.DiagnosticTag.Unnecessary] if d.code in ("TS212", "TS216") else None)
 
 
 def lsp_diagnostics(an: Analysis, diags) -> list[T.Diagnostic]:

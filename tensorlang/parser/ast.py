@@ -129,6 +129,33 @@ def strip_parens(e: Expr) -> Expr:
     return e
 
 
+def children(e: Expr) -> list[Expr]:
+    """The sub-expressions of `e` (an access's indices, a call's arguments, ...)."""
+    if isinstance(e, BinOp):
+        return [e.left, e.right]
+    if isinstance(e, (Neg, Not)):
+        return [e.operand]
+    if isinstance(e, Compare):
+        return list(e.operands)
+    if isinstance(e, BoolOp):
+        return list(e.values)
+    if isinstance(e, IfExp):
+        return [e.then, e.cond, e.orelse]
+    if isinstance(e, Paren):
+        return [e.expr]
+    if isinstance(e, Access):
+        return list(e.indices)
+    if isinstance(e, Call):
+        return list(e.args)
+    return []
+
+
+def tensors_read(e: Expr) -> set[str]:
+    """The tensors `e` reads (in its indices too: an indirect gather reads its index tensor)."""
+    own = {e.tensor} if isinstance(e, Access) else set()
+    return own.union(*(tensors_read(c) for c in children(e)))
+
+
 # ------------------------------------------------------------- declarations
 @dataclass(frozen=True)
 class Literal:
