@@ -1,7 +1,7 @@
 """Collection speed, old code against new, side by side on one host: `tensorlang collect` on the same task
 list with the same candidates, from a git worktree of an older commit and from this checkout.
 
-    .venv/bin/python benchmarks/collect_speed.py [--old COMMIT] [--trials 8] [--json benchmarks/results/collect_speed.json]
+    .venv/bin/python benchmarks/collect_speed.py [--old COMMIT] [--trials 8] [--new-args '...'] [--json benchmarks/results/collect_speed.json]
 
 The same candidates: the old code samples its own (roller, then seeded random samples); the new code
 measures exactly those (`collect --trials 0 --points-from`), and the time its own sampler takes to draw
@@ -58,10 +58,11 @@ def _env(code: Path) -> dict:
     return env
 
 
-def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path, points_from: Path | None = None) -> float:
+def run_collect(code: Path, tasks: list[str], out: Path, trials: int, log: Path, points_from: Path | None = None,
+                extra: list[str] = ()) -> float:
     env = _env(code)
     cmd = [sys.executable, "-m", "tensorlang", "collect", *tasks, "--target", "llvm", "--trials", str(trials),
-           "-o", str(out)] + (["--points-from", str(points_from)] if points_from else [])
+           "-o", str(out)] + (["--points-from", str(points_from)] if points_from else []) + list(extra)
     t0 = time.monotonic()
     with open(log, "a") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=code)
@@ -113,6 +114,8 @@ def main() -> int:
                     help="with --own-candidates: an untimed collect of N trials per task first, on each side (a rerun's case)")
     ap.add_argument("--own-candidates", action="store_true",
                     help="each side samples its own candidates (forced with --new)")
+    ap.add_argument("--new-args", default="", help="more options for the new side's timed collects, e.g. "
+                                                  "'--min-repeat-ms 25' (a protocol to compare)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "collect_speed.json"))
     args = ap.parse_args()
     same = not (args.own_candidates or args.new)
@@ -146,9 +149,11 @@ def main() -> int:
                 if who == "old":
                     wall[who] += run_collect(old, part, work / "old-data", args.trials, work / "old.log")
                 elif same:
-                    wall[who] += run_collect(new, part, work / "new-data", 0, work / "new.log", points_from=named)
+                    wall[who] += run_collect(new, part, work / "new-data", 0, work / "new.log", points_from=named,
+                                             extra=args.new_args.split())
                 else:
-                    wall[who] += run_collect(new, part, work / "new-data", args.trials, work / "new.log")
+                    wall[who] += run_collect(new, part, work / "new-data", args.trials, work / "new.log",
+                                             extra=args.new_args.split())
         if same:
             sampling = sampling_seconds(new, TASKS, args.trials)
             wall["new"] += sum(v["seconds"] for v in sampling.values())
@@ -169,7 +174,7 @@ def main() -> int:
         report = {
             "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
             "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials,
-            "same_candidates": same,
+            "same_candidates": same, "new_args": args.new_args,
             "new_sampling_s": round(sum(v["seconds"] for v in sampling.values()), 2) if same else None,
             "warm_trials": args.warm_trials, "warm_records": {k: len(v) for k, v in warm.items()}, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},

@@ -517,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--slow-factor", type=float, default=4.0,
                     help="record a candidate after one timing round when it is over this many times the task's best "
                          "known latency (twice the slowest quality bucket's bound; 0: time every candidate fully)")
+    co.add_argument("--settled", type=float, default=0.02,
+                    help="stop timing a candidate once over half of its --repeat figures agree within this fraction "
+                         "(their range bounds the median of all of them; 0: every round)")
     co.add_argument("--split", default=None, help="the held-out split file (default data/split.json)")
     co.add_argument("--heldout-output", default=None,
                     help="where held-out tasks are recorded (default data/heldout/<name of --output>)")

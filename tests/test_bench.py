@@ -356,6 +356,40 @@ def test_a_candidate_over_the_slow_factor_is_recorded_after_one_round(harness):
     assert [len(r.times_s) for r in results] == [3, 3, 3]
 
 
+def test_a_candidate_whose_first_figures_agree_is_timed_no_more(harness, monkeypatch):
+    """With `settled`, a candidate stops once over half of its `repeat` figures are in and agree within the
+    tolerance (their range bounds the median of all of them); one whose figures disagree gets every round.
+    The runner's figures are scripted here (real ones jitter by more than the test's margins)."""
+    figures = {"steady": [1.000e-3, 1.010e-3, 1.000e-3, 1.0e-3, 1.0e-3],
+               "noisy": [1.000e-3, 1.200e-3, 1.100e-3, 1.0e-3, 1.0e-3]}
+    request = harness.kernels.request
+    names = {}
+
+    def scripted(slot, key, msg, timeout_s):
+        if msg[0] != "time":
+            return request(slot, key, msg, timeout_s)
+        return figures[names[key]].pop(0) if figures[names[key]] else 1e-3
+    monkeypatch.setattr(harness.kernels, "request", scripted)
+    original = harness._item
+
+    def named(c, docs):
+        it = original(c, docs)
+        names[it.key] = c.name
+        return it
+    monkeypatch.setattr(harness, "_item", named)
+    cands = [Candidate("steady", MM, "cpu", None), Candidate("noisy", MM, "cpu", None)]
+    steady, noisy = harness.measure(cands, repeat=3, min_repeat_ms=5, timeout_s=20, settled=0.02)
+    assert steady.times_s == [1.000e-3, 1.010e-3] and steady.median_s == pytest.approx(1.005e-3)
+    assert noisy.times_s == [1.000e-3, 1.200e-3, 1.100e-3]
+    # of 5 figures, 3 must be in (and agree) before the median is bounded
+    figures.update(steady=[1.000e-3, 1.010e-3, 1.005e-3, 2e-3, 2e-3], noisy=[1e-3] * 5)
+    steady, noisy = harness.measure(cands, repeat=5, min_repeat_ms=5, timeout_s=20, settled=0.02)
+    assert steady.times_s == [1.000e-3, 1.010e-3, 1.005e-3] and len(noisy.times_s) == 3
+    figures.update(steady=[1.000e-3, 1.010e-3, 1.000e-3], noisy=[1e-3] * 3)
+    steady, _ = harness.measure(cands, repeat=3, min_repeat_ms=5, timeout_s=20)  # without: every round
+    assert len(steady.times_s) == 3
+
+
 def test_a_killed_harness_leaves_no_work_dir_behind():
     import tempfile
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -28,6 +28,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -237,6 +238,7 @@ class Harness:
         self.workdir = workdir
         self.kernels = P.KernelPool(self.workdir, threads)
         self._builds = None
+        self._starting = None  # the thread that starts the workers (prestart)
         self._n = 0
         self._last_ref = None  # (key, inputs, reference): a collector measures one task in many batches
 
@@ -247,6 +249,7 @@ class Harness:
         self.close()
 
     def close(self):
+        self._started()
         self.kernels.close()
         if self._builds is not None:
             P.kill_pool(self._builds)
@@ -255,25 +258,37 @@ class Harness:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def builds(self):
+        self._started()
         if self._builds is None:
             self._builds = P.build_pool(self.jobs)
         return self._builds
 
     def prestart(self) -> None:
-        """Start the build workers and the TVM kernels' runner now, not at the first measurement: their
-        imports (TVM, 1.5-2.5 s each) then overlap what the caller does first (a collector loads a task,
-        builds its space and samples it)."""
-        pool = self.builds()
-        for _ in range(self.jobs):  # a process pool starts a worker per job submitted, up to its size
-            pool.submit(P.W.ready)
-        if self.rpc is None:
-            self.kernels.prestart("tvm")
+        """Start the build workers and the TVM kernels' runner now, not at the first measurement, in a
+        thread: the workers' forkserver imports TVM (1.3-1.5 s; pool.tvm_context) while the caller does
+        what it does first (a collector imports TVM itself, loads a task, builds its space and samples it)."""
+        def start():
+            pool = P.build_pool(self.jobs)
+            for _ in range(self.jobs):  # a process pool starts a worker per job submitted, up to its size
+                pool.submit(P.W.ready)
+            self._builds = pool
+            if self.rpc is None:
+                self.kernels.prestart("tvm")
+        if self._starting is None and self._builds is None:
+            self._starting = threading.Thread(target=start, name="tensorlang-prestart", daemon=True)
+            self._starting.start()
+
+    def _started(self) -> None:
+        """Wait for prestart's thread: the pools are this thread's again."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     # --------------------------------------------------------------- measure
     def measure(self, candidates: list[Candidate], repeat: int = 10, timeout_s: float = 30.0, *,
                 min_repeat_ms: float = 100, verify: bool = True, seed: int = 0, build_timeout_s: float = 300.0,
                 lock: bool = True, lock_path: str | None = None, slow_factor: float | None = None,
-                best_known_s: float | None = None, joint_builds: bool = False,
+                best_known_s: float | None = None, joint_builds: bool = False, settled: float | None = None,
                 progress: Callable[[str], None] | None = None) -> list[Result]:
         """`slow_factor`: a candidate whose first round is over `slow_factor` times the best latency known
         (`best_known_s`, or the best first round of this run if lower) is not timed again: its one figure
@@ -287,7 +302,7 @@ class Harness:
         return self.finish(self.prepare(candidates, verify=verify, seed=seed, joint_builds=joint_builds),
                            repeat, timeout_s, min_repeat_ms=min_repeat_ms, build_timeout_s=build_timeout_s,
                            lock=lock, lock_path=lock_path, slow_factor=slow_factor, best_known_s=best_known_s,
-                           progress=progress)
+                           settled=settled, progress=progress)
 
     def prepare(self, candidates: list[Candidate], *, verify: bool = True, seed: int = 0,
                 joint_builds: bool = False) -> "Prepared":
@@ -300,6 +315,7 @@ class Harness:
         prepared = Prepared(items, todo, {}, {}, verify, t_start)
         if not todo:
             return prepared
+        self._started()
         if any(it.slot == "tvm" for it in todo):
             self.kernels.prestart("tvm")
         # 1. builds, in parallel; references meanwhile
@@ -329,9 +345,13 @@ class Harness:
 
     def finish(self, prepared: "Prepared", repeat: int = 10, timeout_s: float = 30.0, *, min_repeat_ms: float = 100,
                build_timeout_s: float = 300.0, lock: bool = True, lock_path: str | None = None,
-               slow_factor: float | None = None, best_known_s: float | None = None,
+               slow_factor: float | None = None, best_known_s: float | None = None, settled: float | None = None,
                progress: Callable[[str], None] | None = None) -> list[Result]:
-        """Steps 2 and 3 of what `prepare` began: wait for the builds, then check and time under the lock."""
+        """Steps 2 and 3 of what `prepare` began: wait for the builds, then check and time under the lock.
+        `settled`: a candidate is timed no more once more than half of its `repeat` figures are in and they
+        lie within this fraction of each other (max / min - 1). The median of all `repeat` figures would lie
+        between those figures whatever the rest were (over half of them are known), so its median is
+        within `settled` of that one's; `runs` in its result says how many it had."""
         say = progress or (lambda msg: None)
         items, todo, inputs, refs, verify = (prepared.items, prepared.todo, prepared.inputs, prepared.refs,
                                              prepared.verify)
@@ -375,6 +395,8 @@ class Harness:
                     best = min(firsts + ([best_known_s] if best_known_s else []), default=None)
                     if best is not None:
                         timed = [it for it in timed if it.result.times_s and it.result.times_s[0] <= slow_factor * best]
+                if settled is not None and 2 * r > repeat:
+                    timed = [it for it in timed if not _settled(it.result.times_s, settled)]
                 if not timed:
                     break
                 k = r % len(timed)
@@ -601,6 +623,10 @@ class Harness:
         if not ok:
             r.status, r.message = WRONG, "mismatch against the NumPy reference"
             say(f"{it.cand.name}: wrong result (max abs error {worst_abs:.3g})")
+
+
+def _settled(times_s: list[float], tolerance: float) -> bool:
+    return bool(times_s) and max(times_s) <= min(times_s) * (1 + tolerance)
 
 
 def _cpu_snapshot(kernels) -> dict:

@@ -1,6 +1,6 @@
 """Worker processes: a pool of builders, and a persistent, self-healing pool of kernel runners.
 
-Kernel runners are processes of our own (`multiprocessing`, spawn, one pipe each), one per *slot*
+Kernel runners are processes of our own (`multiprocessing`, one pipe each), one per *slot*
 (the harness uses a slot for TVM kernels and one for Python kernels, so PyTorch's thread pool never
 lives next to TVM's). A request that does not answer within its timeout gets its runner killed
 (`timeout`); a runner that dies while serving a request (a segfault, an abort) is a `crash`. Either
@@ -18,13 +18,21 @@ from dataclasses import dataclass, field
 
 from tensorlang.bench import worker as W
 
-START_METHOD = "spawn"
+START_METHOD = "spawn"  # a runner of Python (PyTorch) kernels: a fresh interpreter
 STARTUP_TIMEOUT_S = 180.0
 
 
+def tvm_context():
+    """Build workers and TVM-kernel runners are forked from a forkserver that has imported TVM
+    (bench/tvm_preload.py): a fork from a clean, single-threaded process, never from the caller (whose
+    threads a fork could catch holding a lock), and TVM imported once instead of once per worker."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["tensorlang.bench.tvm_preload"])
+    return ctx
+
+
 def build_pool(jobs: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context(START_METHOD),
-                               initializer=W.build_init)
+    return ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=tvm_context(), initializer=W.build_init)
 
 
 def kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -79,7 +87,6 @@ class KernelPool:
         self.log_dir = log_dir
         self.threads = threads
         self.preload = {"tvm": ("tvm",)} if preload is None else preload  # slot -> modules to import first
-        self.ctx = mp.get_context(START_METHOD)
         self.runners: dict[str, _Runner] = {}
         self.pending: dict[str, tuple] = {}  # slot -> (process, conn, log) started, not yet ready
         self.specs: dict[str, dict] = {}  # key -> load spec (for re-loading in a fresh runner)
@@ -94,9 +101,10 @@ class KernelPool:
     def _spawn(self, slot: str):
         self.started += 1
         log = os.path.join(self.log_dir, f"runner-{slot}-{self.started}.log")
-        parent, child = self.ctx.Pipe(duplex=True)
-        p = self.ctx.Process(target=W.runner_main, args=(child, self.threads, log, tuple(self.preload.get(slot, ()))),
-                             daemon=True, name=f"tensorlang-runner-{slot}")
+        ctx = tvm_context() if "tvm" in self.preload.get(slot, ()) else mp.get_context(START_METHOD)
+        parent, child = ctx.Pipe(duplex=True)
+        p = ctx.Process(target=W.runner_main, args=(child, self.threads, log, tuple(self.preload.get(slot, ()))),
+                        daemon=True, name=f"tensorlang-runner-{slot}")
         p.start()
         child.close()
         return p, parent, log

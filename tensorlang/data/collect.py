@@ -33,6 +33,11 @@ DEFAULT_DIR = Path("data/measured")
 # slowest quality bucket's bound (lm/data.py: Q3 is over 2x the best): no second figure could move it into
 # another bucket, nor make it the best, so the two more rounds it would get only cost time (it was 10x).
 SLOW_FACTOR = 4.0
+# A candidate whose first two of three figures agree within 2 % is timed no more (Harness.finish: their range
+# bounds the median of three), so its latency is within 2 % of the one a third figure gives -- finer than the
+# quality buckets (5 % for Q0). Measured (benchmarks/timing_protocol.py, znver4): 9 % less timing per candidate,
+# and one pass's latencies as close to another's as with every round (median deviation 1.2 % vs 2.1 %).
+SETTLED = 0.02
 
 
 @dataclass
@@ -250,7 +255,8 @@ class _Done:
 def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, trials: int | None = 32,
             budget_min: float | None = None, batch: int = 16, repeat: int = 3, timeout_s: float = 30.0,
             min_repeat_ms: float = 50, rpc=None, ms_trials: int = 0, ms_top: int = 8, split_path: str | Path | None = None,
-            heldout_dir: str | Path | None = None, slow_factor: float | None = SLOW_FACTOR, model: str | Path | None = None,
+            heldout_dir: str | Path | None = None, slow_factor: float | None = SLOW_FACTOR,
+            settled: float | None = SETTLED, model: str | Path | None = None,
             model_samples: int = 8, skip_heldout: bool = False, order: str = "files", joint_builds: bool = False,
             points_from: str | Path | None = None, points_top: int = 0, log=print) -> dict:
     """Measure up to `trials` candidates per task (or until `budget_min` minutes pass). Resumable.
@@ -263,7 +269,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
     data/heldout/<name of out_dir>), never with the training data in `out_dir`.
     `slow_factor`: a candidate over that many times the task's best known latency after its first
     timing round is recorded after that round (`runs` says how many figures stand behind a latency;
-    SLOW_FACTOR says why 4).
+    SLOW_FACTOR says why 4). `settled`: a candidate whose first figures agree within that fraction is timed
+    no more (SETTLED says why 2 %).
     `model`: a tensor-language-model checkpoint whose `model_samples` candidates per task are measured too
     (after roller/random; `trials=0` for the model's alone) -- the iterate rounds of `tensorlang train`.
     `skip_heldout`: leave the held-out tasks out altogether.
@@ -330,7 +337,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             """Check and time a batch whose builds `harness.prepare` started; write its records."""
             nonlocal written
             results = harness.finish(batch.prepared, repeat=repeat, timeout_s=timeout_s, min_repeat_ms=min_repeat_ms,
-                                     slow_factor=slow_factor, best_known_s=best_known.get(batch.tkey))
+                                     slow_factor=slow_factor, best_known_s=best_known.get(batch.tkey),
+                                     settled=settled)
             load_after = os.getloadavg()[0]
             for (key, policy, point), res in zip(batch.chunk, results):
                 sentence = S.encode(batch.space, point)
@@ -571,6 +579,7 @@ def main_collect(args) -> int:
                           ms_trials=args.metaschedule, model=args.model, model_samples=args.model_samples,
                           skip_heldout=args.skip_heldout, order=args.order, joint_builds=args.joint_builds,
                           split_path=args.split, heldout_dir=args.heldout_output, slow_factor=args.slow_factor or None,
+                          settled=args.settled or None,
                           points_from=args.points_from, points_top=args.points_top,
                           log=lambda m: print(m, file=sys.stderr, flush=True))
     except CollectRefused as e:

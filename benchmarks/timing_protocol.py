@@ -1,0 +1,130 @@
+"""How reproducible a collected latency is, by timing protocol: the same built kernels (collect_speed.py's 8 tasks,
+`--trials` candidates each) timed again and again in one run, protocols interleaved, so that each protocol's
+figures can be compared with its own (noise) and with the others' (bias).
+
+    .venv/bin/python benchmarks/timing_protocol.py [--trials 8] [--passes 2] [--protocol 50:0.02 --protocol 25:0.02]
+                                                   [--json benchmarks/results/timing_protocol.json]
+
+A protocol is `MIN_REPEAT_MS:SETTLED` (SETTLED 0: every one of the 3 rounds), timed as `collect` times a batch
+(3 rounds, slow factor 4). Per protocol: the timing seconds per candidate, and how far one pass's latency of a
+candidate is from another pass's (the noise a protocol lets in: median |ratio - 1|, the share within 5 %);
+per pair of protocols, their latency ratio (a protocol that biased latencies would show it here).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from collect_speed import TASKS  # noqa: E402
+
+from tensorlang.machine import describe  # noqa: E402
+
+
+def build_all(trials: int, workdir: str) -> list:
+    """(label, Candidate of a built library) for each task's candidates, in collect's order."""
+    from tensorlang import api
+    from tensorlang.bench.harness import Candidate, Library
+    from tensorlang.data.collect import candidates_for, find_tasks
+    from tensorlang.lower.build import compile_module
+    from tensorlang.lower.targets import tvm_target
+    from tensorlang.parser.printer import format_stmt
+    from tensorlang.bench.worker import lower_text
+    from tensorlang.space.space import Space
+    out = []
+    for task in find_tasks([str(ROOT / t) for t in TASKS]):
+        doc = api.load_text(task.text, task.file)
+        tgt = doc.model.targets["llvm"]
+        op = doc.model.ops[task.op]
+        space = Space(op, doc.primfunc(task.op), tgt)
+        cands, _ = candidates_for(space, task.key, trials)
+        for n, (policy, point) in enumerate(cands):
+            mod, err = lower_text(op, "\n".join(format_stmt(s) for s in point.stmts), "llvm")
+            if mod is None:
+                continue
+            path = os.path.join(workdir, f"{task.key[:12]}-{n}.so")
+            compile_module(mod, tvm_target(tgt)).export_library(path)
+            out.append((f"{task.op}#{n}", Candidate(f"{policy}#{n}", task.text, "llvm", Library(path), op_name=task.op)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--passes", type=int, default=2, help="times each protocol times every candidate")
+    ap.add_argument("--protocol", action="append", default=None, help="MIN_REPEAT_MS:SETTLED (repeatable)")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "timing_protocol.json"))
+    args = ap.parse_args()
+    protocols = args.protocol or ["50:0.02", "25:0.02"]
+    from tensorlang.bench.harness import Harness
+    from tensorlang.data.collect import SLOW_FACTOR
+    work = tempfile.mkdtemp(prefix="timing-protocol-")
+    t0 = time.monotonic()
+    built = build_all(args.trials, work)
+    build_s = time.monotonic() - t0
+    latency: dict = {p: [] for p in protocols}  # protocol -> one {label: median_s} per pass
+    seconds: dict = {p: [] for p in protocols}
+    with Harness() as h:
+        for k in range(args.passes):
+            for p in (protocols if k % 2 == 0 else protocols[::-1]):  # interleaved, order alternating
+                ms, settled = p.split(":")
+                t = time.monotonic()
+                by_task: dict = {}
+                for label, cand in built:
+                    by_task.setdefault(cand.op_name, []).append((label, cand))
+                got = {}
+                for group in by_task.values():  # one batch per task, as collect times them
+                    results = h.measure([c for _, c in group], repeat=3, min_repeat_ms=float(ms),
+                                        slow_factor=SLOW_FACTOR, settled=float(settled) or None)
+                    got.update({label: r.median_s for (label, _), r in zip(group, results) if r.ok})
+                seconds[p].append(time.monotonic() - t)
+                latency[p].append(got)
+                print(f"pass {k + 1}, {p}: {len(got)} ok, {seconds[p][-1]:.1f} s", flush=True)
+
+    def compare(a: dict, b: dict) -> dict:
+        rs = [b[x] / a[x] for x in a if x in b]
+        dev = sorted(abs(r - 1) for r in rs)
+        return {"candidates": len(rs), "median_ratio": round(statistics.median(rs), 3),
+                "median_abs_dev": round(statistics.median(dev), 4),
+                "within_5pct": round(sum(d <= 0.05 for d in dev) / len(dev), 3),
+                "p90_abs_dev": round(dev[len(dev) * 9 // 10], 3)}
+    report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
+              "tasks": TASKS, "trials": args.trials, "candidates": len(built), "build_s": round(build_s, 1),
+              "protocols": {}, "between": {}}
+    for p in protocols:
+        pairs = [compare(a, b) for a, b in itertools.combinations(latency[p], 2)]
+        report["protocols"][p] = {"timing_s_per_pass": [round(s, 1) for s in seconds[p]],
+                                  "timing_s_per_candidate": round(statistics.median(seconds[p]) / len(built), 3),
+                                  "pass_against_pass": pairs}
+    for p, q in itertools.combinations(protocols, 2):
+        report["between"][f"{q} / {p}"] = [compare(a, b) for a, b in zip(latency[p], latency[q])]
+    print(f"{'protocol':12} {'s / candidate':>14} {'pass vs pass: median |dev|':>27} {'within 5 %':>11} {'p90 |dev|':>10}"
+          f"   (medians over the pairs of passes)")
+    for p, r in report["protocols"].items():
+        pairs = r["pass_against_pass"]
+        c = {k: round(statistics.median(x[k] for x in pairs), 4) for k in ("median_abs_dev", "within_5pct",
+                                                                             "p90_abs_dev")} if pairs else {}
+        r["median_over_pairs"] = c
+        print(f"{p:12} {r['timing_s_per_candidate']:>14} {c.get('median_abs_dev', '-'):>27} "
+              f"{c.get('within_5pct', '-'):>11} {c.get('p90_abs_dev', '-'):>10}")
+    for pair, cs in report["between"].items():
+        for c in cs:
+            print(f"  {pair}: median ratio {c['median_ratio']}, median |dev| {c['median_abs_dev']}, "
+                  f"{c['within_5pct']} within 5 %")
+    print(f"host {report['machine']['llvm_mcpu']}")
+    Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
