@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -119,6 +120,7 @@ def main() -> int:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "collect_speed.json"))
     args = ap.parse_args()
     same = not (args.own_candidates or args.new)
+    new_args = shlex.split(args.new_args)
     if same and args.warm_trials:
         raise SystemExit("--warm-trials needs --own-candidates")
     work = Path(tempfile.mkdtemp(prefix="collect-speed-"))
@@ -150,10 +152,10 @@ def main() -> int:
                     wall[who] += run_collect(old, part, work / "old-data", args.trials, work / "old.log")
                 elif same:
                     wall[who] += run_collect(new, part, work / "new-data", 0, work / "new.log", points_from=named,
-                                             extra=args.new_args.split())
+                                             extra=new_args)
                 else:
                     wall[who] += run_collect(new, part, work / "new-data", args.trials, work / "new.log",
-                                             extra=args.new_args.split())
+                                             extra=new_args)
         if same:
             sampling = sampling_seconds(new, TASKS, args.trials)
             wall["new"] += sum(v["seconds"] for v in sampling.values())

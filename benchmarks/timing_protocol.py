@@ -32,29 +32,25 @@ from tensorlang.machine import describe  # noqa: E402
 
 
 def build_all(trials: int, workdir: str) -> list:
-    """(label, Candidate of a built library) for each task's candidates, in collect's order."""
+    """(task's op, Candidate of a built library) for each task's candidates, in collect's order."""
     from tensorlang import api
     from tensorlang.bench.harness import Candidate, Library
+    from tensorlang.bench.worker import build_job
     from tensorlang.data.collect import candidates_for, find_tasks
-    from tensorlang.lower.build import compile_module
-    from tensorlang.lower.targets import tvm_target
     from tensorlang.parser.printer import format_stmt
-    from tensorlang.bench.worker import lower_text
     from tensorlang.space.space import Space
     out = []
     for task in find_tasks([str(ROOT / t) for t in TASKS]):
         doc = api.load_text(task.text, task.file)
         tgt = doc.model.targets["llvm"]
         op = doc.model.ops[task.op]
-        space = Space(op, doc.primfunc(task.op), tgt)
-        cands, _ = candidates_for(space, task.key, trials)
+        cands, _ = candidates_for(Space(op, doc.primfunc(task.op), tgt), task.key, trials)
         for n, (policy, point) in enumerate(cands):
-            mod, err = lower_text(op, "\n".join(format_stmt(s) for s in point.stmts), "llvm")
-            if mod is None:
-                continue
-            path = os.path.join(workdir, f"{task.key[:12]}-{n}.so")
-            compile_module(mod, tvm_target(tgt)).export_library(path)
-            out.append((f"{task.op}#{n}", Candidate(f"{policy}#{n}", task.text, "llvm", Library(path), op_name=task.op)))
+            built = build_job({"op": op, "target": tgt, "schedule": "\n".join(format_stmt(s) for s in point.stmts),
+                               "path": os.path.join(workdir, f"{task.key[:12]}-{n}.so")})  # as a build worker does
+            if "path" in built:
+                out.append((task.op, Candidate(f"{policy}#{n}", task.text, "llvm", Library(built["path"]),
+                                               op_name=task.op)))
     return out
 
 
@@ -72,21 +68,21 @@ def main() -> int:
     t0 = time.monotonic()
     built = build_all(args.trials, work)
     build_s = time.monotonic() - t0
-    latency: dict = {p: [] for p in protocols}  # protocol -> one {label: median_s} per pass
+    batches: dict = {}  # one batch per task, as collect times them
+    for op_name, cand in built:
+        batches.setdefault(op_name, []).append(cand)
+    latency: dict = {p: [] for p in protocols}  # protocol -> one {candidate: median_s} per pass
     seconds: dict = {p: [] for p in protocols}
     with Harness() as h:
         for k in range(args.passes):
             for p in (protocols if k % 2 == 0 else protocols[::-1]):  # interleaved, order alternating
                 ms, settled = p.split(":")
                 t = time.monotonic()
-                by_task: dict = {}
-                for label, cand in built:
-                    by_task.setdefault(cand.op_name, []).append((label, cand))
                 got = {}
-                for group in by_task.values():  # one batch per task, as collect times them
-                    results = h.measure([c for _, c in group], repeat=3, min_repeat_ms=float(ms),
-                                        slow_factor=SLOW_FACTOR, settled=float(settled) or None)
-                    got.update({label: r.median_s for (label, _), r in zip(group, results) if r.ok})
+                for op_name, batch in batches.items():
+                    results = h.measure(batch, repeat=3, min_repeat_ms=float(ms), slow_factor=SLOW_FACTOR,
+                                        settled=float(settled) or None)
+                    got.update({f"{op_name}:{c.name}": r.median_s for c, r in zip(batch, results) if r.ok})
                 seconds[p].append(time.monotonic() - t)
                 latency[p].append(got)
                 print(f"pass {k + 1}, {p}: {len(got)} ok, {seconds[p][-1]:.1f} s", flush=True)
@@ -105,16 +101,16 @@ def main() -> int:
         pairs = [compare(a, b) for a, b in itertools.combinations(latency[p], 2)]
         report["protocols"][p] = {"timing_s_per_pass": [round(s, 1) for s in seconds[p]],
                                   "timing_s_per_candidate": round(statistics.median(seconds[p]) / len(built), 3),
-                                  "pass_against_pass": pairs}
+                                  "pass_against_pass": pairs,
+                                  "median_over_pairs": {k: round(statistics.median(x[k] for x in pairs), 4)
+                                                        for k in ("median_abs_dev", "within_5pct", "p90_abs_dev")}
+                                  if pairs else {}}
     for p, q in itertools.combinations(protocols, 2):
         report["between"][f"{q} / {p}"] = [compare(a, b) for a, b in zip(latency[p], latency[q])]
     print(f"{'protocol':12} {'s / candidate':>14} {'pass vs pass: median |dev|':>27} {'within 5 %':>11} {'p90 |dev|':>10}"
           f"   (medians over the pairs of passes)")
     for p, r in report["protocols"].items():
-        pairs = r["pass_against_pass"]
-        c = {k: round(statistics.median(x[k] for x in pairs), 4) for k in ("median_abs_dev", "within_5pct",
-                                                                             "p90_abs_dev")} if pairs else {}
-        r["median_over_pairs"] = c
+        c = r["median_over_pairs"]
         print(f"{p:12} {r['timing_s_per_candidate']:>14} {c.get('median_abs_dev', '-'):>27} "
               f"{c.get('within_5pct', '-'):>11} {c.get('p90_abs_dev', '-'):>10}")
     for pair, cs in report["between"].items():

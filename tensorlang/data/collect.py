@@ -35,8 +35,9 @@ DEFAULT_DIR = Path("data/measured")
 SLOW_FACTOR = 4.0
 # A candidate whose first two of three figures agree within 2 % is timed no more (Harness.finish: their range
 # bounds the median of three), so its latency is within 2 % of the one a third figure gives -- finer than the
-# quality buckets (5 % for Q0). Measured (benchmarks/timing_protocol.py, znver4): 9 % less timing per candidate,
-# and one pass's latencies as close to another's as with every round (median deviation 1.2 % vs 2.1 %).
+# quality buckets (5 % for Q0). Measured (benchmarks/timing_protocol.py, znver4, two runs): 9-16 % less timing
+# per candidate; one pass's latencies about as close to another's as with every round (median deviation
+# 1.2 % vs 1.9 % in one run, 0.6 % vs 0.5 % in the other).
 SETTLED = 0.02
 
 
