@@ -4,9 +4,12 @@ list with the same candidates, from a git worktree of an older commit and from t
     .venv/bin/python benchmarks/collect_speed.py [--old COMMIT] [--trials 8] [--new-args '...'] [--json benchmarks/results/collect_speed.json]
 
 The same candidates: the old code samples its own (roller, then seeded random samples); the new code
-measures exactly those (`collect --trials 0 --points-from`), and the time its own sampler takes to draw
-as many candidates for the same tasks (`candidates_for`, timed in a process of its own) is added to its
-wall time -- so both sides pay for sampling, the new one for its replay of the old points besides.
+measures exactly those (`collect --trials 0 --points-from`, which replays each given point in full), and
+the time its own sampler takes to draw as many candidates for the same tasks (`candidates_for`, timed in a
+process of its own) less the time of its final replays of the random points it drew (what --points-from
+did already, in full, for the old code's points) is added to its wall time -- so both sides pay for
+sampling, and the new one pays at least once per candidate for a replay, as its own collect does. (Before
+2026-12-06 the whole of `candidates_for` was added: most candidates' replay paid twice.)
 Order: an untimed old collect first names the candidates (the old sampler is seeded per task, so its
 timed run draws them again); then old and new on the first half of the tasks, new and old on the second,
 so drift spreads evenly.
@@ -81,19 +84,37 @@ trials, out = int(sys.argv[1]), {}
 for task in find_tasks(sys.argv[2:]):
     doc = api.load_text(task.text, task.file)
     space = Space(doc.model.ops[task.op], doc.primfunc(task.op), doc.model.targets["llvm"])
+    replay, replays = space.replay, []
+
+    def timed(*args, **kwargs):  # the final replays: in full, converted to statements, and legal
+        t = time.perf_counter()
+        point = replay(*args, **kwargs)
+        if kwargs.get("convert", True):
+            replays.append(time.perf_counter() - t)
+        return point
+    space.replay = timed
     t0 = time.perf_counter()
     cands, _ = candidates_for(space, task.key, trials)
-    out[task.label] = {"seconds": time.perf_counter() - t0, "candidates": len(cands)}
+    assert len(replays) == len(cands), (len(replays), len(cands))  # one each, the roller point's first
+    out[task.label] = {"seconds": time.perf_counter() - t0, "replay_s": sum(replays[1:]), "candidates": len(cands)}
 print(json.dumps(out))
 """
 
 
 def sampling_seconds(code: Path, tasks: list[str], trials: int) -> dict:
     """What `code`'s collect spends drawing `trials` candidates per task (the Space built beforehand, as a
-    collect builds it for given points too): task label -> seconds, candidates."""
+    collect builds it for given points too): task label -> seconds (candidates_for), replay_s (of that,
+    its final replays of the random points it drew), candidates. The new side's charge is seconds -
+    replay_s: a collect that samples replays each candidate once, in candidates_for; the timed
+    `--points-from` collect has replayed each of the old code's points in full already, as these are
+    replayed. The roller point's replay stays charged (its choices are made during it)."""
     r = subprocess.run([sys.executable, "-c", SAMPLING, str(trials), *tasks], env=_env(code), cwd=code,
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def sampling_charge(sampling: dict) -> float:
+    return sum(max(0.0, v["seconds"] - v["replay_s"]) for v in sampling.values())
 
 
 def _sha(rev: str) -> str:
@@ -158,7 +179,7 @@ def main() -> int:
                                              extra=new_args)
         if same:
             sampling = sampling_seconds(new, TASKS, args.trials)
-            wall["new"] += sum(v["seconds"] for v in sampling.values())
+            wall["new"] += sampling_charge(sampling)
         recs = {who: [r for r in read(work / f"{who}-data") if point_of(r) not in warm.get(who, ())]
                 for who in ("old", "new")}  # the timed run's records
         ok = {who: {point_of(r): r for r in rs if r["status"] == "ok"} for who, rs in recs.items()}
@@ -177,7 +198,10 @@ def main() -> int:
             "command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
             "old_commit": _sha(args.old), "new_commit": _sha(args.new) if args.new else "this checkout", "trials": args.trials,
             "same_candidates": same, "new_args": args.new_args,
-            "new_sampling_s": round(sum(v["seconds"] for v in sampling.values()), 2) if same else None,
+            "new_sampling_s": round(sampling_charge(sampling), 2) if same else None,
+            "new_sampling_detail": ({"candidates_for_s": round(sum(v["seconds"] for v in sampling.values()), 2),
+                                     "replays_in_points_from_s": round(sum(v["replay_s"] for v in sampling.values()), 2)}
+                                    if same else None),
             "warm_trials": args.warm_trials, "warm_records": {k: len(v) for k, v in warm.items()}, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},
             "records": {who: len(rs) for who, rs in recs.items()}, "ok_records": {who: len(v) for who, v in ok.items()},
