@@ -6,9 +6,11 @@ figures can be compared with its own (noise) and with the others' (bias).
                                                    [--json benchmarks/results/timing_protocol.json]
 
 A protocol is `MIN_REPEAT_MS:SETTLED` (SETTLED 0: every one of the 3 rounds), timed as `collect` times a batch
-(3 rounds, slow factor 4). Per protocol: the timing seconds per candidate, and how far one pass's latency of a
-candidate is from another pass's (the noise a protocol lets in: median |ratio - 1|, the share within 5 %);
-per pair of protocols, their latency ratio (a protocol that biased latencies would show it here).
+(3 rounds, slow factor 4). Per protocol:
+the timing seconds per candidate, and how far one pass's latency of a candidate is from another pass's (the
+noise a protocol lets in: median |ratio - 1|, the share within 5 %), and how often a candidate's quality
+bucket (lm/data.py: its latency over its task's best in that pass) is the same in both; per pair of
+protocols, their latency ratio and bucket agreement (a protocol that biased latencies would show it here).
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ def main() -> int:
     protocols = args.protocol or ["50:0.02", "25:0.02"]
     from tensorlang.bench.harness import Harness
     from tensorlang.data.collect import SLOW_FACTOR
+    from tensorlang.lm.data import quality_token
     work = tempfile.mkdtemp(prefix="timing-protocol-")
     t0 = time.monotonic()
     built = build_all(args.trials, work)
@@ -87,13 +90,24 @@ def main() -> int:
                 latency[p].append(got)
                 print(f"pass {k + 1}, {p}: {len(got)} ok, {seconds[p][-1]:.1f} s", flush=True)
 
+    def buckets(got: dict) -> dict:
+        """candidate -> its quality bucket in this pass (latency over its task's best in the pass)."""
+        best: dict = {}
+        for name, s in got.items():
+            task = name.rsplit(":", 1)[0]
+            best[task] = min(s, best.get(task, s))
+        return {name: quality_token(s / best[name.rsplit(":", 1)[0]]) for name, s in got.items()}
+
     def compare(a: dict, b: dict) -> dict:
         rs = [b[x] / a[x] for x in a if x in b]
         dev = sorted(abs(r - 1) for r in rs)
+        qa, qb = buckets(a), buckets(b)
         return {"candidates": len(rs), "median_ratio": round(statistics.median(rs), 3),
                 "median_abs_dev": round(statistics.median(dev), 4),
                 "within_5pct": round(sum(d <= 0.05 for d in dev) / len(dev), 3),
-                "p90_abs_dev": round(dev[len(dev) * 9 // 10], 3)}
+                "p90_abs_dev": round(dev[len(dev) * 9 // 10], 3),
+                "same_bucket": round(sum(qa[x] == qb[x] for x in qa if x in qb) / len(rs), 3),
+                "q3_disagreements": sum((qa[x] == "Q3") != (qb[x] == "Q3") for x in qa if x in qb)}
     report = {"command": " ".join([Path(sys.executable).name] + sys.argv), "machine": describe(),
               "tasks": TASKS, "trials": args.trials, "candidates": len(built), "build_s": round(build_s, 1),
               "protocols": {}, "between": {}}
@@ -103,20 +117,22 @@ def main() -> int:
                                   "timing_s_per_candidate": round(statistics.median(seconds[p]) / len(built), 3),
                                   "pass_against_pass": pairs,
                                   "median_over_pairs": {k: round(statistics.median(x[k] for x in pairs), 4)
-                                                        for k in ("median_abs_dev", "within_5pct", "p90_abs_dev")}
+                                                        for k in ("median_abs_dev", "within_5pct", "p90_abs_dev",
+                                                                  "same_bucket")}
                                   if pairs else {}}
     for p, q in itertools.combinations(protocols, 2):
         report["between"][f"{q} / {p}"] = [compare(a, b) for a, b in zip(latency[p], latency[q])]
-    print(f"{'protocol':12} {'s / candidate':>14} {'pass vs pass: median |dev|':>27} {'within 5 %':>11} {'p90 |dev|':>10}"
-          f"   (medians over the pairs of passes)")
+    print(f"{'protocol':14} {'s / candidate':>14} {'pass vs pass: median |dev|':>27} {'within 5 %':>11} {'p90 |dev|':>10}"
+          f" {'same bucket':>12}   (medians over the pairs of passes)")
     for p, r in report["protocols"].items():
         c = r["median_over_pairs"]
-        print(f"{p:12} {r['timing_s_per_candidate']:>14} {c.get('median_abs_dev', '-'):>27} "
-              f"{c.get('within_5pct', '-'):>11} {c.get('p90_abs_dev', '-'):>10}")
+        print(f"{p:14} {r['timing_s_per_candidate']:>14} {c.get('median_abs_dev', '-'):>27} "
+              f"{c.get('within_5pct', '-'):>11} {c.get('p90_abs_dev', '-'):>10} {c.get('same_bucket', '-'):>12}")
     for pair, cs in report["between"].items():
         for c in cs:
             print(f"  {pair}: median ratio {c['median_ratio']}, median |dev| {c['median_abs_dev']}, "
-                  f"{c['within_5pct']} within 5 %")
+                  f"{c['within_5pct']} within 5 %, same bucket {c['same_bucket']}, "
+                  f"Q3 in one only {c['q3_disagreements']}")
     print(f"host {report['machine']['llvm_mcpu']}")
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return 0
