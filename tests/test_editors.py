@@ -1,12 +1,13 @@
 """The editor integrations' own test suites, run from pytest so `make test` covers them:
 the VS Code extension (TextMate grammar scopes, client activation with a stubbed vscode) and
 the Neovim setup (filetype, syntax, LSP client) in headless Neovim."""
+import os
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, neovim
 
 VSCODE = ROOT / "editors" / "vscode"
 NVIM = ROOT / "editors" / "nvim"
@@ -23,8 +24,8 @@ def test_vscode_extension_grammar_and_client():
     assert "fail 0" in r.stdout
 
 
-@pytest.mark.skipif(shutil.which("nvim") is None, reason="Neovim is not installed (test_lsp_nvim.py installs it)")
 def test_neovim_setup():
-    r = subprocess.run(["sh", str(NVIM / "test" / "run.sh")], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "NVIM": neovim()}
+    r = subprocess.run(["sh", str(NVIM / "test" / "run.sh")], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:]
     assert " 0 failed" in r.stdout

@@ -5,12 +5,13 @@ that is impossible."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import neovim
 
 ROOT = Path(__file__).resolve().parent.parent
 NVIM_DIR = ROOT / "editors" / "nvim"
@@ -25,29 +26,6 @@ schedule f on cpu {
 """
 
 
-def _nvim() -> str:
-    found = os.environ.get("NVIM") or shutil.which("nvim")
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None:
-        pytest.skip("neovim is not installed and apt-get is not available to install it")
-    sudo = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
-    if sudo is None:
-        pytest.skip("neovim is not installed and apt-get needs root (no sudo)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    r = subprocess.run([*sudo, apt, "install", "-y", "-q", "neovim"], capture_output=True, text=True, env=env,
-                       timeout=600)
-    if r.returncode != 0:
-        subprocess.run([*sudo, apt, "update", "-q"], capture_output=True, env=env, timeout=600)
-        r = subprocess.run([*sudo, apt, "install", "-y", "-q", "neovim"], capture_output=True, text=True,
-                           env=env, timeout=600)
-    found = shutil.which("nvim")
-    if r.returncode != 0 or not found:
-        pytest.skip(f"apt-get could not install neovim: {r.stderr.strip()[-300:]}")
-    return found
-
-
 def _server_cmd() -> str:
     script = Path(sys.executable).parent / "tensorlang"
     if script.exists():
@@ -56,7 +34,7 @@ def _server_cmd() -> str:
 
 
 def test_neovim_gets_diagnostics_and_completions_from_the_server(tmp_path):
-    nvim = _nvim()
+    nvim = neovim()
     f = tmp_path / "bad.tsched"
     f.write_text(BAD)
     env = {**os.environ, "TENSORLANG_LSP_CMD": _server_cmd(), "TENSORLANG_E2E_FILE": str(f),
