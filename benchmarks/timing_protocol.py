@@ -6,11 +6,11 @@ figures can be compared with its own (noise) and with the others' (bias).
                                                    [--json benchmarks/results/timing_protocol.json]
 
 A protocol is `MIN_REPEAT_MS:SETTLED` (SETTLED 0: every one of the 3 rounds), timed as `collect` times a batch
-(3 rounds, slow factor 4). Per protocol:
-the timing seconds per candidate, and how far one pass's latency of a candidate is from another pass's (the
-noise a protocol lets in: median |ratio - 1|, the share within 5 %), and how often a candidate's quality
-bucket (lm/data.py: its latency over its task's best in that pass) is the same in both; per pair of
-protocols, their latency ratio and bucket agreement (a protocol that biased latencies would show it here).
+(3 rounds, slow factor 4). Per protocol: the timing seconds per candidate, how far one pass's latency of a
+candidate is from another pass's (the noise a protocol lets in: median |ratio - 1|, the share within 5 %),
+and how often a candidate's quality bucket (lm/data.py: its latency over its task's best in that pass) is
+the same in both; per pair of protocols, their latency ratio and bucket agreement (a protocol that biased
+latencies would show it here).
 """
 from __future__ import annotations
 
