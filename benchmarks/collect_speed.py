@@ -107,8 +107,8 @@ def sampling_seconds(code: Path, tasks: list[str], trials: int) -> dict:
     collect builds it for given points too): task label -> seconds (candidates_for), replay_s (of that,
     its final replays of the random points it drew), candidates. The new side's charge is seconds -
     replay_s: a collect that samples replays each candidate once, in candidates_for; the timed
-    `--points-from` collect has replayed each of the old code's points in full already, as these are
-    replayed. The roller point's replay stays charged (its choices are made during it)."""
+    `--points-from` collect has replayed each of the old code's points in full already, as candidates_for
+    replays its own. The roller point's replay stays charged (its choices are made during it)."""
     r = subprocess.run([sys.executable, "-c", SAMPLING, str(trials), *tasks], env=_env(code), cwd=code,
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -201,7 +201,7 @@ def main() -> int:
             "same_candidates": same, "new_args": args.new_args,
             "new_sampling_s": round(sampling_charge(sampling), 2) if same else None,
             "new_sampling_detail": ({"candidates_for_s": round(sum(v["seconds"] for v in sampling.values()), 2),
-                                     "replays_in_points_from_s": round(sum(v["replay_s"] for v in sampling.values()), 2)}
+                                     "final_replays_s": round(sum(v["replay_s"] for v in sampling.values()), 2)}
                                     if same else None),
             "warm_trials": args.warm_trials, "warm_records": {k: len(v) for k, v in warm.items()}, "tasks": TASKS,
             "wall_s": {k: round(v, 1) for k, v in wall.items()},
