@@ -475,3 +475,40 @@ def test_a_checking_run_that_fills_the_batch_is_the_first_figure(harness, monkey
     asked.clear()
     results = harness.measure(cands, repeat=3, min_repeat_ms=5, timeout_s=20)  # a 64x64 matmul is far faster
     assert [(r.status, len(r.times_s)) for r in results] == [("ok", 3), ("ok", 3)] and asked == ["time"] * 6
+
+
+def test_kernels_are_linked_by_ld_itself_and_compute_what_numpy_does(tmp_path, monkeypatch):
+    """write_shared_library links with `ld` (no compiler driver): TVM's default way is made to fail here, yet
+    a kernel that calls libm (softmax: expf) loads and computes what NumPy does; `ld` gone -> the default way."""
+    import numpy as np
+    import tvm
+    from tvm.support import cc
+
+    from tensorlang.lower import build as B
+    from tensorlang.lower.targets import tvm_target
+    doc = api.load_text("""
+target cpu = llvm(cores = 2)
+
+op softmax(X: f32[4, 32]) -> Y: f32[4, 32] {
+    M[i] max= X[i, j]
+    E[i, j] = exp(X[i, j] - M[i])
+    S[i] += E[i, j]
+    Y[i, j] = E[i, j] / S[i]
+}
+""", "softmax.tsched")
+    lib = B.compile_module(doc.primfunc("softmax"), tvm_target(doc.model.targets["cpu"]))
+    default_links = []
+    monkeypatch.setattr(cc, "create_shared", lambda *a, **k: default_links.append(a) or (_ for _ in ()).throw(
+        RuntimeError("the compiler driver was asked")))
+    path = B.write_shared_library(lib, tmp_path / "softmax.so")
+    assert default_links == []
+    needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    assert "libm.so" in needed  # expf resolves from the library it names, not from whatever is loaded
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype("float32")
+    y = tvm.runtime.tensor(np.zeros((4, 32), "float32"))
+    tvm.runtime.load_module(str(path))["main"](tvm.runtime.tensor(x), y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    monkeypatch.setattr(B.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="compiler driver"):
+        B.write_shared_library(lib, tmp_path / "again.so")

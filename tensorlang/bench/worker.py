@@ -78,11 +78,11 @@ def _scheduled(job: dict, out: dict):
 
 def _compile(mod, target_model, path: str, out: dict) -> bool:
     """tvm.compile + export to `path`; compile_s, or the error, in `out`."""
-    from tensorlang.lower.build import BuildError, compile_module
+    from tensorlang.lower.build import BuildError, compile_module, write_shared_library
     from tensorlang.lower.targets import tvm_target
     t1 = time.perf_counter()
     try:
-        compile_module(mod, tvm_target(target_model)).export_library(path)
+        write_shared_library(compile_module(mod, tvm_target(target_model)), path)
     except BuildError as e:
         out.update(error=str(e), stage="build")
         return False

@@ -365,8 +365,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
             phases = results[0].run if results else {}
             log(f"  {batch.label}: +{len(batch.chunk)} records"
                 + (f", best of batch {best * 1e3:.3f} ms" if best else "")
-                + (f" (builds+reference {phases['prepare_s']:.1f} s, check {phases['check_s']:.1f} s, timing "
-                   f"{phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
+                + (f" (builds+reference {phases['prepare_s']:.1f} s (reference {phases['reference_s']:.1f} s), check "
+                   f"{phases['check_s']:.1f} s, timing {phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
             if batch.ms_key is not None:
                 ms_done.add(batch.ms_key)  # every candidate of the search is recorded
 
