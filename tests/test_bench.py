@@ -504,6 +504,9 @@ op softmax(X: f32[4, 32]) -> Y: f32[4, 32] {
     assert default_links == []
     needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
     assert "libm.so" in needed  # expf resolves from the library it names, not from whatever is loaded
+    stack = [ln for ln in subprocess.run(["readelf", "-lW", str(path)], capture_output=True, text=True).stdout
+             .splitlines() if "GNU_STACK" in ln]
+    assert stack and "RWE" not in stack[0]  # no executable stack (a glibc that refuses one would not load it)
     x = np.random.default_rng(0).standard_normal((4, 32)).astype("float32")
     y = tvm.runtime.tensor(np.zeros((4, 32), "float32"))
     tvm.runtime.load_module(str(path))["main"](tvm.runtime.tensor(x), y)

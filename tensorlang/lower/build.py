@@ -50,7 +50,7 @@ def llvm_ir(lib) -> str:
 
 
 def write_shared_library(lib, path: str | Path) -> Path:
-    """A CPU kernel as a shared library that `tvm.runtime.load_module` loads."""
+    """A built module as a shared library that `tvm.runtime.load_module` loads (link_shared links it)."""
     path = Path(path)
     lib.export_library(str(path), fcompile=link_shared)
     return path
