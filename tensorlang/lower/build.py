@@ -67,11 +67,11 @@ def link_shared(output: str, objects: list[str], options=None, **kwargs) -> None
     objects = [objects] if isinstance(objects, str) else list(objects)
     ld = shutil.which("ld")
     if ld is None or options or kwargs or not all(o.endswith(".o") for o in objects):
-        return cc.create_shared(output, objects, options=options, **kwargs)
+        cc.create_shared(output, objects, options=options, **kwargs)
+        return
     done = subprocess.run([ld, "-shared", "-o", output, *objects, "-lm", "-lc"], capture_output=True)
     if done.returncode != 0:
-        return cc.create_shared(output, objects)
-    return None
+        cc.create_shared(output, objects)
 
 
 def emit(sch_mod, target, kind: str, is_gpu: bool, out: str | None = None) -> str | bytes:
