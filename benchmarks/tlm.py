@@ -600,7 +600,7 @@ def main(argv=None) -> int:
                              # the longest search's curve: it says how many trials match tlm up to its end
                              "time_to_quality": ms_trials_to_match(rows, f"metaschedule:{max(trials)}")
                              if not args.skip_ms else [], "conditions": conditions(results)}
-    report["cold_cli"] = [cold_cli(HELDOUT[13][0], "matmul", p) for p in ("tlm", "roller")]
+    report.update(cold_cli_runs(3))
     report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     report["duration_s"] = round(time.time() - started, 1)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
