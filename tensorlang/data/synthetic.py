@@ -11,10 +11,10 @@ only 10240, 12288, 16384 and 20480 got 16.
 These operators give it wide loops of many factorizations (a power of two times an odd prime, a product of two
 primes, smooth ones) in the shapes models have: LM heads and MLP projections, 1 to 128 rows.
 
-Deterministic (seeded); each operator is capped near 1.5 GFLOP so that measuring 64 candidates of it takes
-about a minute on two cores. No extent of the held-out operators is drawn, nor a relative of their widest
-(11008 = 2^8 * 43: no 2^a * 43 either), and
-`collect --skip-heldout` and `train` refuse held-out keys whatever is written here.
+Deterministic (seeded). Each operator's other wide dimension is the largest of 256-2048 that keeps it near
+1.5 GFLOP (up to 3.3 where even 256 is over): 64 candidates of one took 38 s to measure on average (znver4, two
+cores). No extent of the held-out operators is drawn, nor a relative of their widest (11008 = 2^8 * 43: no
+2^a * 43 either), and `collect --skip-heldout` and `train` refuse held-out keys whatever is written here.
 """
 from __future__ import annotations
 
