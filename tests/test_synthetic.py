@@ -12,12 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "data" / "workloads-variants" / "wide-matmuls"
 
 
-def _odd_part(n):
-    while n % 2 == 0:
-        n //= 2
-    return n
-
-
 def test_the_committed_files_are_what_the_generator_writes(tmp_path):
     files = synthetic.write(tmp_path)
     assert sorted(f.name for f in files) == sorted(f.name for f in COMMITTED.glob("*.tsched"))
@@ -40,10 +34,11 @@ def test_every_wide_matmul_checks_and_none_is_held_out():
 def test_the_extents_are_wide_of_three_factorizations_and_no_relative_of_11008():
     extents = synthetic.wide_extents()
     assert len(set(extents)) == len(extents) == 30
-    assert all(2000 <= n <= 60000 and _odd_part(n) != 43 for n in extents)
+    assert all(2000 <= n <= 60000 and synthetic._odd_part(n) != 43 for n in extents)
     smooth = [n for n in extents if all(p in (2, 3, 5, 7) for p in _factors(n))]
     two_odd_primes = [n for n in extents if n % 2 and len(_factors(n)) == 2]
-    power_of_two_times_prime = [n for n in extents if _odd_part(n) > 7 and _factors(_odd_part(n)) == [_odd_part(n)]]
+    odd = {n: synthetic._odd_part(n) for n in extents}
+    power_of_two_times_prime = [n for n in extents if odd[n] > 7 and _factors(odd[n]) == [odd[n]]]
     assert len(smooth) == len(two_odd_primes) == len(power_of_two_times_prime) == 10
     assert sum(n > 10000 for n in extents) >= 15
 

@@ -38,6 +38,9 @@ def _odd_part(n: int) -> int:
     return n
 
 
+HELDOUT_ODD_PARTS = frozenset(_odd_part(h) for h in HELDOUT_EXTENTS)
+
+
 def wide_extents(seed: int = 0, count: int = 30) -> list[int]:
     """`count` distinct extents between 2,000 and 60,000, a third of each kind: 2^a * p (p an odd prime),
     p * q (two odd primes over 20: no factor a vector could fill), and 2^a * 3^b * 5^c * 7^d (smooth). None
@@ -48,7 +51,7 @@ def wide_extents(seed: int = 0, count: int = 30) -> list[int]:
     out: list[int] = []
 
     def add(n: int) -> None:
-        if 2000 <= n <= 60000 and n not in out and _odd_part(n) not in {_odd_part(h) for h in HELDOUT_EXTENTS}:
+        if 2000 <= n <= 60000 and n not in out and _odd_part(n) not in HELDOUT_ODD_PARTS:
             out.append(n)
 
     kinds = [lambda: 2 ** rng.randint(4, 10) * rng.choice(odd),
@@ -85,7 +88,7 @@ def write(out_dir: str | Path, seed: int = 0, count: int = 30) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
-    for m, k, n, wide in shapes(seed, count):
+    for m, k, n, _ in shapes(seed, count):
         name, text = tsched(m, k, n)
         f = out_dir / f"{name}.tsched"
         f.write_text(text)
