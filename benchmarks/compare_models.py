@@ -21,6 +21,10 @@ Choose on `--set indist` (validation tasks); the held-out set is the benchmark's
 `NAME@parallel`, `NAME@noparallel`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
 that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
 whose schedules differ between the models (the rest would tie but for noise; the report counts both).
+`--keep-schedules FILE` keeps phase 1's schedules; `--schedules-from FILE` re-times the models' schedules such a
+file holds beside this run's, without their checkpoints: how a checkpoint of an earlier sentence version, which
+this code no longer decodes with, is compared with a new one in one run (its schedules written by the code of its
+version, e.g. a `git worktree` of the commit before the bump).
 Writes the rows and summary as JSON.
 """
 from __future__ import annotations
@@ -92,9 +96,26 @@ def schedules_differ(task, models: list[str], cache) -> bool:
     return False
 
 
+def cached_policies(data: dict, tasks) -> dict:
+    """{policy: {`file:op|policy`: entry}} of the models' schedules in a kept phase-1 file (roller's is this
+    run's own), for every operator of `tasks`; a model missing an operator of them is refused."""
+    from tensorlang import api
+    by: dict = {}
+    for key, entry in data.items():
+        where, _, pol = key.rpartition("|")
+        if where and "=" in pol:  # a model's name is DIR=NAME VERSION
+            by.setdefault(pol, {})[key] = entry
+    for pol, entries in by.items():
+        for file, _ in tasks:
+            for name in api.load(ROOT / file).model.ops:
+                if f"{file}:{name}|{pol}" not in entries:
+                    raise SystemExit(f"compare: {pol} has no kept schedule of {file}:{name} (kept for other tasks?)")
+    return by
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("models", nargs="+", help="checkpoint directories")
+    ap.add_argument("models", nargs="*", help="checkpoint directories")
     ap.add_argument("--set", default="heldout", choices=("heldout", "indist", "train"),
                     help="heldout, indist (validation tasks: kept out of training) or train (training tasks)")
     ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist or train)")
@@ -113,6 +134,11 @@ def main(argv=None) -> int:
     ap.add_argument("--parallel-tile", default=None,
                     help="on,off: decode with the parallel outer tile both ways (space/parallel_tile.py; "
                          "default: each checkpoint's own)")
+    ap.add_argument("--keep-schedules", metavar="FILE", help="write phase 1's schedules to FILE (default: a "
+                    "temporary file), for a later run's --schedules-from")
+    ap.add_argument("--schedules-from", metavar="FILE", action="append", default=[],
+                    help="re-time the models' schedules an earlier run kept (--keep-schedules) beside this run's; "
+                         "their tasks must be this run's (repeatable)")
     ap.add_argument("--limit", type=int, help="only the first N tasks (a quick check)")
     ap.add_argument("--json", default=str(bench.RESULTS / "compare_models.json"))
     args = ap.parse_args(argv)
@@ -139,14 +165,29 @@ def main(argv=None) -> int:
                 if name in gens:
                     raise SystemExit(f"compare: {d} is given twice")
                 gens[name], dirs[name] = Beams(g, nb, switches), d
-    policies = list(gens) + ["roller"]
-    losses = {d: validation_loss(d) for d in args.models}
-    val = {n: losses[d] for n, d in dirs.items()}
     tasks = (bench.HELDOUT if args.set == "heldout"
              else bench.indist_tasks(args.indist, validation=args.set == "indist"))[:args.limit]
+    kept = {}  # policy -> {key: entry}: schedules of earlier runs, re-timed
+    for f in args.schedules_from:
+        kept_cache = bench.Cache(Path(f))  # refuses another machine's file
+        kept_cache.data.pop("host|")
+        for pol, entries in cached_policies(kept_cache.data, tasks).items():
+            if pol in gens or pol in kept:
+                raise SystemExit(f"compare: {pol} is given twice")
+            kept[pol] = entries
+    if not gens and not kept:
+        raise SystemExit("compare: no model (a checkpoint directory or --schedules-from)")
+    policies = list(gens) + list(kept) + ["roller"]
+    losses = {d: validation_loss(d) for d in args.models}
+    val = {n: losses[d] for n, d in dirs.items()} | {p: None for p in kept}
     generated = len(tasks)
+    if args.keep_schedules:
+        Path(args.keep_schedules).unlink(missing_ok=True)  # this run's schedules only: a checkpoint can change
     with tempfile.TemporaryDirectory() as tmp:
-        cache = bench.Cache(Path(tmp) / "schedules.json")
+        cache = bench.Cache(Path(args.keep_schedules or Path(tmp) / "schedules.json"))
+        for entries in kept.values():
+            for k, v in entries.items():
+                cache.data[k] = v
         say(f"{len(tasks)} {args.set} tasks, {len(gens)} models: phase 1 (one-pass schedules)")
         bench.generate_all(tasks, policies, cache, gens, say)
         if args.only_differing:
@@ -157,7 +198,8 @@ def main(argv=None) -> int:
     summary = bench.summarize(rows, policies)
     report = {**bench.run_stamp("compare_models.py", argv, started), "set": args.set, "tasks": len(tasks),
               "tasks_generated": generated, "policies": policies,
-              "models": {n: str(d) for n, d in dirs.items()}, "validation_loss": val,
+              "models": {n: str(d) for n, d in dirs.items()} | {p: "schedules re-timed from " + ", ".join(
+                  args.schedules_from) for p in kept}, "validation_loss": val,
               "rows": rows, "summary": summary,
               "conditions": conditions(results), "duration_s": round(time.time() - started, 1)}
     Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
@@ -187,7 +229,8 @@ def format_report(report: dict) -> str:
         if p == "roller":
             continue
         v = report["validation_loss"][p]
-        lines.append(f"{short[p]}: validation loss {v['loss']:.4f} ({v['records']} best records); geomean throughput over " + ", ".join(
+        loss = f"validation loss {v['loss']:.4f} ({v['records']} best records)" if v else "schedules re-timed"
+        lines.append(f"{short[p]}: {loss}; geomean throughput over " + ", ".join(
             f"{short[q]} {x['geomean']:.3f}x ({x['wins']}/{x['tasks']} wins)" for q, x in ratios.get(p, {}).items()))
     return "\n".join(lines)
 
