@@ -607,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     drn.add_argument("--old", required=True, help="the machine id to rename")
     drn.add_argument("--new", default=None, help="the id it becomes (default: this host's)")
     drn.set_defaults(func=lambda args: __import__("tensorlang.data.relabel", fromlist=["x"]).main_rename_machine(args))
-    dre = da_sub.add_parser("reencode", help="re-encode v1 and v2 tensor sentences in today's form (v1: re-keyed, keeping key_v1, hash_v1)")
+    dre = da_sub.add_parser("reencode", help="re-encode tensor sentences of grammar 1-4 in today's form (v1: re-keyed, keeping key_v1, hash_v1)")
     dre.add_argument("dirs", nargs="+", help="measured or pre-training dataset dirs")
     dre.add_argument("--budget", type=float, default=None,
                      help="minutes: tasks met later are copied unchanged (v1), for a later run")

@@ -72,9 +72,10 @@ def task_hash(space) -> str:
 
 
 def op_hash(op) -> str:
-    """The operator's name-independent form, hashed: the same workload in two models is one task."""
+    """The operator's name-independent form, hashed: the same workload in two models is one task. Its integers
+    are spelled in digits alone (`digits_spelled`: as sentences v4 did), so keys outlive a change of spelling."""
     from tensorlang.space import sentence as S
-    return hashlib.sha256(" ".join(S.op_tokens(op)).encode()).hexdigest()[:16]
+    return hashlib.sha256(" ".join(S.digits_spelled(S.op_tokens(op))).encode()).hexdigest()[:16]
 
 
 def record_key(tkey: str, target: str, machine: str, sketch: int, decisions) -> str:

@@ -1,9 +1,11 @@
 """Re-encode datasets made under older tensor sentences in today's (`tensorlang data reencode DIR...`).
 
-v2 -> v4 and v3 -> v4 are rewrites of the tokens alone (`upgrade_tiles`): v3 says at each tile its loop's
-extent and what is left to split after each factor, all of which follow from the factors (they multiply
-to the extent); v4 writes the factors innermost first (the outermost is then what is left, forced).
-Nothing else about the record changes (its key, task hash and point stay).
+v2, v3 and v4 -> today (v5) are rewrites of the tokens alone (`upgrade_tiles`): v5 spells an integer outside
+the vocabulary as its smooth part's token and the digits of the rest (`NUM> 256 4 3 <NUM`, where v4 and
+before wrote `NUM> 1 1 0 0 8 <NUM`: `respell`); v3 says at each tile its loop's extent and what is left to
+split after each factor, all of which follow from the factors (they multiply to the extent); v4 writes the
+factors innermost first (the outermost is then what is left, forced).
+Nothing else about the record changes (its key, task hash and point stay: task keys hash the digits).
 
 v1 -> today (v1 sentences were decoded and encoded anew, as v2 then; as today's now):
 v1 sentences described the operator lossily (arithmetic, constants, conditions and index
@@ -39,6 +41,7 @@ from tensorlang.data.dataset import SHARD_RECORDS, Writer, read
 V1_VERSIONS = ["grammar:1", "vocab:1", "space:1"]
 V2_VERSIONS = ["grammar:2", "vocab:2", "space:2"]
 V3_VERSIONS = ["grammar:3", "vocab:2", "space:2"]
+V4_VERSIONS = ["grammar:4", "vocab:2", "space:2"]
 V1_MAX_INT = 8192
 # The CPU names that had a token in v1 (analysis/targets.py's KNOWN_CPUS then).
 V1_CPUS = ("alderlake", "cascadelake", "haswell", "icelake-server", "sapphirerapids", "skylake", "skylake-avx512",
@@ -203,15 +206,33 @@ def is_current(rec: dict) -> bool:
     return rec.get("sentence", "").split(" ", 3)[:3] == version_tokens()[:3]
 
 
+def respell(tokens: list[str]) -> list[str]:
+    """Every integer of a sentence of grammar 4 or before (`NUM> [-] digits <NUM`) in today's spelling."""
+    from tensorlang.space import sentence as S
+    out, i = [], 0
+    while i < len(tokens):
+        if tokens[i] != "NUM>":
+            out.append(tokens[i])
+            i += 1
+            continue
+        j = tokens.index("<NUM", i)
+        out += S.int_tokens(int("".join(tokens[i + 1:j])))
+        i = j + 1
+    return out
+
+
 def upgrade_tiles(tokens: list[str]) -> list[str]:
-    """A v2 or v3 sentence in today's (v4): each tile's values rewritten from its factors alone
-    (`tile_value_tokens`: `= <extent>`, the factors innermost first, `= <what is left>` after each but the
-    last). v2 wrote the n factors alone, outermost first; v3 the same order with the extents between.
-    Raises ValueError on a malformed sentence or another version."""
+    """A v2, v3 or v4 sentence in today's (v5): its integers respelled (`respell`), and for v2 and v3 each
+    tile's values rewritten from its factors alone (`tile_value_tokens`: `= <extent>`, the factors innermost
+    first, `= <what is left>` after each but the last). v2 wrote the n factors alone, outermost first; v3 the
+    same order with the extents between. Raises ValueError on a malformed sentence or another version."""
     from tensorlang.space import sentence as S
     versions = tokens[:3]
-    if versions not in (V2_VERSIONS, V3_VERSIONS):
-        raise ValueError(f"not a v2 or v3 sentence: {' '.join(versions)}")
+    if versions not in (V2_VERSIONS, V3_VERSIONS, V4_VERSIONS):
+        raise ValueError(f"not a v2, v3 or v4 sentence: {' '.join(versions)}")
+    tokens = respell(tokens)
+    if versions == V4_VERSIONS:
+        return S.version_tokens()[:3] + tokens[3:]
     out = S.version_tokens()[:3] + tokens[3:tokens.index("DECISIONS") + 1]
     i = len(out)
     while i < len(tokens):
@@ -300,7 +321,8 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
     new = root.with_name(root.name + ".reencode")
     shutil.rmtree(new, ignore_errors=True)
     tasks = _Tasks()
-    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "upgraded_v3": 0, "already_current": 0, "refused": 0, "deferred": 0,
+    counts = {"records": 0, "reencoded": 0, "upgraded_v2": 0, "upgraded_v3": 0, "upgraded_v4": 0, "already_current": 0,
+              "refused": 0, "deferred": 0,
               "duplicates": 0}
     refused: dict = {}
     hashes: dict = {}  # (v1 hash, target, machine) -> v2 hashes (for the .done files)
@@ -321,8 +343,8 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
                         f"{time.time() - start:.0f} s")
             if is_current(rec):
                 out, kind = rec, "already_current"
-            elif (versions := rec.get("sentence", "").split(" ", 3)[:3]) in (V2_VERSIONS, V3_VERSIONS):
-                out, kind = _upgraded_tiles(rec), "upgraded_v2" if versions == V2_VERSIONS else "upgraded_v3"
+            elif (versions := rec.get("sentence", "").split(" ", 3)[:3]) in (V2_VERSIONS, V3_VERSIONS, V4_VERSIONS):
+                out, kind = _upgraded_tiles(rec), f"upgraded_v{versions[0].split(':')[1]}"
                 h = rec["task"]["hash"]  # keys stay: the .done lines map to themselves
                 hashes.setdefault((h, rec["target"], rec.get("machine")), set()).add(h)
             elif task in deferred_tasks:

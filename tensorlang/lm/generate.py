@@ -246,7 +246,7 @@ class Generator:
 
     def _greedy(self, nt, past, logits, allowed: list[int]) -> list[int]:
         """The most likely legal value. A value is one token, or an integer outside the vocabulary spelled
-        `NUM> digits <NUM`: that one is scored by its whole spelling -- the probability of `NUM>` alone is
+        `NUM> s digits <NUM`: that one is scored by its whole spelling -- the probability of `NUM>` alone is
         that of every spelled value together, and taken token by token it wins where one of them would not
         (0.72 for `NUM>` against 0.27 for 256 in LLaMA's 11008-wide matmul gave [1, 1, 11008, 1])."""
         num = self.ids["NUM>"]

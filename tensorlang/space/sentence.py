@@ -2,13 +2,14 @@
 
     <versions> TARGET <features> OP <operator> SKETCH k DECISIONS <decision>* [EOS]
 
-Version 4 (docs/language.md §9 has the grammar and an example; v3 was v2 with each tile's extents said, v4 is
-v3 with each tile's factors innermost first).
+Version 5 (docs/language.md §9 has the grammar and an example; v3 was v2 with each tile's extents said, v4
+v3 with each tile's factors innermost first, v5 is v4 with an integer outside the vocabulary spelled as its
+smooth part's token and the digits of the rest).
 The prompt (everything before SKETCH) says everything about the task, so that the operator can be
 rebuilt from it alone (`op_source`) and the task key is a hash of it:
 
-- versions: `grammar:4 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
-  (`tensorlang data reencode` rewrites v1, v2 and v3 datasets);
+- versions: `grammar:5 vocab:2 space:2 tvm:<version>`; a sentence of another version is refused
+  (`tensorlang data reencode` rewrites v1 ... v4 datasets);
 - target: LLVM's CPU name where it has a token (`cpu:znver4`, else `cpu:generic`), cores, vector
   width, L1d/L2 per core and the SIMD families (`isa:avx512f` ...), so CPUs without a token of
   their own are still told apart; for CUDA the architecture and the limits the space uses;
@@ -33,7 +34,9 @@ rebuilt from it alone (`op_source`) and the task key is a hash of it:
   of the loops L4 is split into), `L2 & L3` (a fusion).
 
 Integers in a fixed set (INTS: -2..256 and the 7-smooth numbers up to 65536, the sizes and tile
-factors models have) are one token; any other is `NUM> digits <NUM`. `NextTokens` gives, for any
+factors models have) are one token; any other is `NUM> s digits <NUM`: its largest 7-smooth divisor with
+a token, then the digits of the rest (11008 = 256 * 43: `NUM> 256 4 3 <NUM`), so that what divides it is a
+token (task keys hash the digits alone, `digits_spelled`). `NextTokens` gives, for any
 prefix of the schedule part, exactly the legal next tokens (or a mask over the vocabulary),
 replaying the sketch incrementally; forced tokens (one legal choice) are flagged for a decoder.
 """
@@ -59,7 +62,7 @@ from tensorlang.parser import ast as A
 from tensorlang.space.space import (CATEGORICAL, LOCATION, TILE, DecisionPoint, Point, Space, candidate_sites,
                                     runs_once)
 
-GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 4, 2, 2
+GRAMMAR_VERSION, VOCAB_VERSION, SPACE_VERSION = 5, 2, 2
 MAX_TENSORS, MAX_LOOPS, MAX_PARTS = 64, 16, 16
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "[SEP]", "[MASK]", "[CLS]"]
 QUALITY = ["Q0", "Q1", "Q2", "Q3"]  # measured-quality buckets, reserved for the model's prompts
@@ -147,10 +150,25 @@ class SentenceError(ValueError):
 
 
 # ----------------------------------------------------------------- numbers
+def smooth_part(n: int) -> int:
+    """The largest divisor of n > 0 made of 2s, then 3s, 5s and 7s, that has a token (at most 65536)."""
+    s = 1
+    for p in (2, 3, 5, 7):
+        while n % (s * p) == 0 and s * p <= INTS[-1]:
+            s *= p
+    return s
+
+
 def int_tokens(n: int) -> list[str]:
+    """An integer's tokens: one token if it has one, else `NUM> [-] s digits <NUM` -- s its smooth part's token
+    (`smooth_part`), then the digits of what is left (11008 = 256 * 43: `NUM> 256 4 3 <NUM`; 50257:
+    `NUM> 1 5 0 2 5 7 <NUM`). Grammar 4 spelled the digits alone, and a model could not read off
+    `NUM> 1 1 0 0 8 <NUM` that 16 divides it: it split LLaMA's 11008-wide loop with an innermost 1 as it
+    had learnt for GPT-2's 50257 = 29 * 1733."""
     if n in _INT_SET:
         return [str(n)]
-    return ["NUM>"] + (["-"] if n < 0 else []) + list(str(abs(n))) + ["<NUM"]
+    s = smooth_part(abs(n))
+    return ["NUM>"] + (["-"] if n < 0 else []) + [str(s)] + list(str(abs(n) // s)) + ["<NUM"]
 
 
 def read_int(tokens: list[str], i: int) -> tuple[int, int]:
@@ -158,7 +176,23 @@ def read_int(tokens: list[str], i: int) -> tuple[int, int]:
     if tokens[i] != "NUM>":
         return int(tokens[i]), i + 1
     j = tokens.index("<NUM", i)
-    return int("".join(tokens[i + 1:j])), j + 1
+    sign, k = (-1, i + 2) if tokens[i + 1] == "-" else (1, i + 1)
+    return sign * int(tokens[k]) * int("".join(tokens[k + 1:j])), j + 1
+
+
+def digits_spelled(tokens: list[str]) -> list[str]:
+    """`tokens` with every `NUM> ... <NUM` spelled in digits alone, as grammar 4 wrote it: the form task keys
+    hash (`data.collect.op_hash`), so that a task keeps its key across spellings (the held-out split, the
+    validation tasks, the measured records' keys)."""
+    out, i = [], 0
+    while i < len(tokens):
+        if tokens[i] != "NUM>":
+            out.append(tokens[i])
+            i += 1
+            continue
+        n, i = read_int(tokens, i)
+        out += ["NUM>"] + (["-"] if n < 0 else []) + list(str(abs(n))) + ["<NUM"]
+    return out
 
 
 def _float_word(v: float) -> str:
@@ -1167,7 +1201,7 @@ class _Choice:
 
 
 class _TileChoice:
-    """A tile's factors one token each (a factor outside INTS: NUM> digits <NUM), narrowed factor by factor,
+    """A tile's factors one token each (a factor outside INTS: NUM> s digits <NUM), narrowed factor by factor,
     innermost first (`factors` holds them in that order); before the first, `= <extent>`, and after each
     but the last, `= <what is left>` (forced: `pending`)."""
 
