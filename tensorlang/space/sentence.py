@@ -168,7 +168,8 @@ def int_tokens(n: int) -> list[str]:
     if n in _INT_SET:
         return [str(n)]
     s = smooth_part(abs(n))
-    return ["NUM>"] + (["-"] if n < 0 else []) + [str(s)] + list(str(abs(n) // s)) + ["<NUM"]
+    rest = abs(n) // s  # no digits for a rest of 1 (a negative smooth number: -5 is `NUM> - 5 <NUM`)
+    return ["NUM>"] + (["-"] if n < 0 else []) + [str(s)] + (list(str(rest)) if rest > 1 else []) + ["<NUM"]
 
 
 def read_int(tokens: list[str], i: int) -> tuple[int, int]:
@@ -177,7 +178,7 @@ def read_int(tokens: list[str], i: int) -> tuple[int, int]:
         return int(tokens[i]), i + 1
     j = tokens.index("<NUM", i)
     sign, k = (-1, i + 2) if tokens[i + 1] == "-" else (1, i + 1)
-    return sign * int(tokens[k]) * int("".join(tokens[k + 1:j])), j + 1
+    return sign * int(tokens[k]) * int("".join(tokens[k + 1:j]) or 1), j + 1
 
 
 def digits_spelled(tokens: list[str]) -> list[str]:
