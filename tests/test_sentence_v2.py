@@ -2,12 +2,15 @@
 from it computes what the original does), task keys that tell operators apart, and the decoder API."""
 import gc
 import glob
+import hashlib
 import math
 import threading
 from collections import defaultdict
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tensorlang import api, interp
 from tensorlang.data.collect import op_hash
@@ -61,7 +64,7 @@ def test_padded_conv_sentence_exactly():
         "TILE t3 L2 4 = 6 1 = 6 1 = 6 6 = 1 1 TILE t3 L3 4 = 6 1 = 6 1 = 6 6 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
         "TILE t3 L5 2 = 3 1 = 3 3 TILE t3 L6 2 = 3 1 = 3 3 UNROLL 64 LOC t2 t3 L3 .1 [EOS]")
     assert S.decode(space, tokens) == (0, decisions)
-    assert tokens[:4] == ["grammar:4", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
+    assert tokens[:4] == ["grammar:5", "vocab:2", "space:2", f"tvm:{S.tvm_version()}"]
     # the same sentence as v2 wrote it (no extents, outermost factor first) and as v3 wrote it (the
     # extents, outermost first) is upgraded to exactly this one
     from tensorlang.data.reencode import upgrade_tiles
@@ -73,14 +76,20 @@ def test_padded_conv_sentence_exactly():
         "TILE t3 L2 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L3 4 = 6 1 = 6 6 = 1 1 = 1 1 TILE t3 L4 2 = 4 2 = 2 2 "
         "TILE t3 L5 2 = 3 3 = 1 1 TILE t3 L6 2 = 3 3 = 1 1 UNROLL 64 LOC t2 t3 L3 .1 [EOS]").split()
     assert upgrade_tiles(v2) == tokens and upgrade_tiles(v3) == tokens
-    with pytest.raises(ValueError, match="not a v2 or v3 sentence"):
+    with pytest.raises(ValueError, match="not a v2, v3 or v4 sentence"):
         upgrade_tiles(tokens)
 
 
 def test_a_spelled_out_extent_and_what_is_left_of_it():
-    """11008 = 2^8 * 43 has no token: the extent is spelled out like a factor; the factors innermost first."""
+    """11008 = 2^8 * 43 has no token: the extent is spelled out like a factor, as its smooth part's token and
+    the digits of the rest; the factors innermost first."""
     assert S.tile_value_tokens((1, 43, 256)) == (
-        "= NUM> 1 1 0 0 8 <NUM 256 = 43 43 = 1 1").split()
+        "= NUM> 256 4 3 <NUM 256 = 43 43 = 1 1").split()
+    assert S.tile_value_tokens((1, 1, 688, 16)) == (
+        "= NUM> 256 4 3 <NUM 16 = NUM> 16 4 3 <NUM NUM> 16 4 3 <NUM = 1 1 = 1 1").split()
+    from tensorlang.data.reencode import respell  # grammar 4 spelled the digits alone
+    assert respell("= NUM> 1 1 0 0 8 <NUM 16 = NUM> 6 8 8 <NUM NUM> 6 8 8 <NUM = 1 1 = 1 1".split()) == \
+        S.tile_value_tokens((1, 1, 688, 16))
 
 
 def test_numbers_are_exact():
@@ -94,7 +103,34 @@ def test_numbers_are_exact():
         assert float(f"{m}e{e}") == v
     _, op = op_of(ZEN4 + "op f(X: f32[8]) -> Y: f32[8] {\n    Y[i] = X[i] * 0.7071067811865476 + 1e-05 - 3.0\n}\n")
     assert "0.7071067811865476" in S.op_source(S.op_tokens(op)) and "1e-05" in S.op_source(S.op_tokens(op))
-    assert S.int_tokens(11008) == ["NUM>", "1", "1", "0", "0", "8", "<NUM"] and S.int_tokens(12544) == ["12544"]
+    assert S.int_tokens(11008) == ["NUM>", "256", "4", "3", "<NUM"] and S.int_tokens(12544) == ["12544"]
+
+
+@given(st.integers(-10**15, 10**15))
+def test_an_integer_reads_back_and_says_its_smooth_part(n):
+    """Every integer reads back exactly; one outside the vocabulary starts with its smooth part's token (a
+    divisor of it made of 2s, 3s, 5s, 7s, as large as has a token) and the rest is digits, 1 left out."""
+    toks = S.int_tokens(n)
+    assert S.read_int(toks + ["LOC"], 0) == (n, len(toks))
+    assert S.digits_spelled(toks) == (["NUM>"] + ["-"] * (n < 0) + list(str(abs(n))) + ["<NUM"]
+                                      if len(toks) > 1 else toks)
+    if len(toks) > 1:
+        k = 2 + (n < 0)
+        s, rest = int(toks[k - 1]), abs(n) // int(toks[k - 1])
+        assert abs(n) % s == 0 and s in S.INTS and s == S.smooth_part(abs(n))
+        assert toks[k:-1] == (list(str(rest)) if rest > 1 else [])
+        assert rest == 1 or rest % 2 or s * 2 > S.INTS[-1]  # no factor 2 left behind, unless s is at the cap
+
+
+def test_task_keys_hash_the_digits_so_they_outlive_the_spelling():
+    """A task's key is the hash of its operator spelled in digits alone (grammar 4's spelling): LLaMA's
+    11008-wide matmul keeps the key the held-out split holds."""
+    from tensorlang.data import split
+    doc = api.load(ROOT / "data/workloads/llama7b-layer/matmul2.tsched")
+    op = doc.model.ops["matmul2"]
+    assert "NUM> 256 4 3 <NUM" in " ".join(S.op_tokens(op))
+    key = hashlib.sha256(" ".join(S.digits_spelled(S.op_tokens(op))).encode()).hexdigest()[:16]
+    assert op_hash(op) == key and key in split.heldout_keys(split.DEFAULT_PATH)
 
 
 # The same shapes throughout: only the stride or where the padding goes differs (v1 read both as `E`).
@@ -474,11 +510,11 @@ def _older_schedule(space, p, version: int) -> list[str]:
     return out + [S.EOS]
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_reencode_upgrades_older_records_in_place_of_keys(tmp_path, version):
-    """A v2 or v3 dataset: each record's sentence is rewritten with today's tiles (extents said, factors
-    innermost first; decoding to the stored point), its versions are today's, and nothing else changes --
-    key, task hash, the .done lines; a second run copies."""
+    """A v2, v3 or v4 dataset: each record's sentence is rewritten with today's tiles (extents said, factors
+    innermost first; decoding to the stored point) and integers (`respell`), its versions are today's, and nothing else changes -- key, task hash, the .done lines; a second run
+    copies."""
     from tensorlang.data import dataset
     from tensorlang.data.reencode import reencode
     doc, op = op_of(PADDED_CONV)
@@ -488,7 +524,8 @@ def test_reencode_upgrades_older_records_in_place_of_keys(tmp_path, version):
     versions = [f"grammar:{version}", "vocab:2", "space:2"]
     with dataset.Writer(root) as w:
         for n, p in enumerate(points):
-            old = versions + S.split(S.encode(space, p))[0][3:] + _older_schedule(space, p, version)
+            old = S.digits_spelled(versions + (S.encode(space, p)[3:] if version == 4 else
+                                               S.split(S.encode(space, p))[0][3:] + _older_schedule(space, p, version)))
             assert old != S.encode(space, p)
             w.append({"key": f"k{n}", "task": {"file": "pc.tsched", "op": "pc", "hash": h}, "target": "llvm",
                       "machine": "m1", "sketch": p.sketch, "status": "ok", "sentence": " ".join(old),
