@@ -307,7 +307,7 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
     assert seen, "no decision offered a spelled-out factor"
     got, scores, words = seen[0]
     spelled = [k for k in scores if len(k) > 1]
-    values = {int("".join(gen.words[t] for t in k[1:-1])) for k in spelled}
+    values = {S.read_int([gen.words[t] for t in k], 0)[0] for k in spelled}
     assert values and all(16448 % v == 0 and str(v) not in S.token_ids() for v in values)
     assert tuple(got) == max(scores, key=lambda k: (scores[k], [-t for t in k]))
     assert out.point.sketch in space.usable
