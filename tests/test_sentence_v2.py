@@ -513,8 +513,8 @@ def _older_schedule(space, p, version: int) -> list[str]:
 @pytest.mark.parametrize("version", [2, 3, 4])
 def test_reencode_upgrades_older_records_in_place_of_keys(tmp_path, version):
     """A v2, v3 or v4 dataset: each record's sentence is rewritten with today's tiles (extents said, factors
-    innermost first; decoding to the stored point) and integers (`respell`), its versions are today's, and nothing else changes -- key, task hash, the .done lines; a second run
-    copies."""
+    innermost first; decoding to the stored point) and integers (`respell`), its versions are today's, and
+    nothing else changes -- key, task hash, the .done lines; a second run copies."""
     from tensorlang.data import dataset
     from tensorlang.data.reencode import reencode
     doc, op = op_of(PADDED_CONV)

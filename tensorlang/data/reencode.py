@@ -207,18 +207,10 @@ def is_current(rec: dict) -> bool:
 
 
 def respell(tokens: list[str]) -> list[str]:
-    """Every integer of a sentence of grammar 4 or before (`NUM> [-] digits <NUM`) in today's spelling."""
+    """Every integer of a sentence of grammar 4 or before (`NUM> [-] digits <NUM`, read as v1 read it) in
+    today's spelling."""
     from tensorlang.space import sentence as S
-    out, i = [], 0
-    while i < len(tokens):
-        if tokens[i] != "NUM>":
-            out.append(tokens[i])
-            i += 1
-            continue
-        j = tokens.index("<NUM", i)
-        out += S.int_tokens(int("".join(tokens[i + 1:j])))
-        i = j + 1
-    return out
+    return S.respelled(tokens, _v1_read_int, S.int_tokens)
 
 
 def upgrade_tiles(tokens: list[str]) -> list[str]:

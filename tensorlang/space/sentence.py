@@ -181,19 +181,25 @@ def read_int(tokens: list[str], i: int) -> tuple[int, int]:
     return sign * int(tokens[k]) * int("".join(tokens[k + 1:j]) or 1), j + 1
 
 
-def digits_spelled(tokens: list[str]) -> list[str]:
-    """`tokens` with every `NUM> ... <NUM` spelled in digits alone, as grammar 4 wrote it: the form task keys
-    hash (`data.collect.op_hash`), so that a task keeps its key across spellings (the held-out split, the
-    validation tasks, the measured records' keys)."""
+def respelled(tokens: list[str], read: Callable, spell: Callable) -> list[str]:
+    """`tokens` with every `NUM> ... <NUM` read by `read` (tokens, i -> value, index after it) and written
+    anew by `spell` (value -> tokens); every other token as it is."""
     out, i = [], 0
     while i < len(tokens):
         if tokens[i] != "NUM>":
             out.append(tokens[i])
             i += 1
             continue
-        n, i = read_int(tokens, i)
-        out += ["NUM>"] + (["-"] if n < 0 else []) + list(str(abs(n))) + ["<NUM"]
+        n, i = read(tokens, i)
+        out += spell(n)
     return out
+
+
+def digits_spelled(tokens: list[str]) -> list[str]:
+    """`tokens` with every `NUM> ... <NUM` spelled in digits alone, as grammar 4 wrote it: the form task keys
+    hash (`data.collect.op_hash`), so that a task keeps its key across spellings (the held-out split, the
+    validation tasks, the measured records' keys)."""
+    return respelled(tokens, read_int, lambda n: ["NUM>"] + (["-"] if n < 0 else []) + list(str(abs(n))) + ["<NUM"])
 
 
 def _float_word(v: float) -> str:
