@@ -751,6 +751,33 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
             M.generation_beams(tmp_path / "ft"), M.generation_vector_tile(tmp_path / "ft")) == (True, False, 2, False)
 
 
+def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
+    """`decoding_from` (train --decoding-from DIR): a fine-tune of a pre-training that has no switches decodes
+    like the named checkpoint, and its card says which; a directory without generation_config.json is refused
+    before any training."""
+    import shutil
+
+    from tensorlang.lm import model as M
+    from tensorlang.lm import train as T
+    init = tmp_path / "pre"
+    shutil.copytree(tiny[0] / "pre", init)
+    (init / M.GENERATION_CONFIG).unlink(missing_ok=True)
+    like = tmp_path / "shipped"
+    like.mkdir()
+    (like / M.GENERATION_CONFIG).write_text(json.dumps({M.PARALLEL_OUTER: True, M.VECTOR_INNERMOST: True}))
+    common = dict(init=init, epochs=1, batch_size=4, save_steps=1000, measured_dirs=[corpus / "measured"],
+                  pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", log=lambda *a, **k: None)
+    with pytest.raises(ValueError, match="no generation_config.json"):
+        T.train("finetune", tmp_path / "bad", decoding_from=tmp_path, **common)
+    assert not (tmp_path / "bad").exists()
+    entry = T.train("finetune", tmp_path / "ft", decoding_from=like, **common)
+    assert entry["decoding_from"] == str(like)
+    ft = tmp_path / "ft"
+    assert (M.generation_parallel_tile(ft), M.generation_vector_tile(ft), M.generation_guard(ft)) == (True, True, True)
+    assert M.decoding_summary(ft) == "greedy, reduction guard on, vector tile on, parallel tile on"
+    assert M.decoding_summary(init) == "greedy, reduction guard on, vector tile off, parallel tile off"
+
+
 def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):
     """A checkpoint whose card says grammar 3 (a tile's factors outermost first) would read today's
     sentences' factors backwards: the Generator and `train --init` refuse it, saying both versions."""

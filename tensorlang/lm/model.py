@@ -162,6 +162,14 @@ def set_generation_beams(path: str | Path, num_beams: int) -> None:
 DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER)
 
 
+def decoding_summary(path: str | Path) -> str:
+    """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, parallel tile on'."""
+    beams = generation_beams(path)
+    onoff = lambda b: "on" if b else "off"  # noqa: E731
+    return (f"{'greedy' if beams == 1 else f'{beams} beams'}, reduction guard {onoff(generation_guard(path))}, "
+            f"vector tile {onoff(generation_vector_tile(path))}, parallel tile {onoff(generation_parallel_tile(path))}")
+
+
 def copy_decoding(src: str | Path, dst: str | Path) -> None:
     """Give checkpoint `dst` the decoding switches of `src` (a model fine-tuned from `src`): save_pretrained
     writes transformers' own generation fields only, and a round of fine-tuning that silently dropped

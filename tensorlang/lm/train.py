@@ -72,17 +72,24 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
           logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
-          best_within: float = 1.0, best_top: int = 1, host_cpus=None, eval_steps: int = 0, log=print) -> dict:
+          best_within: float = 1.0, best_top: int = 1, host_cpus=None, eval_steps: int = 0,
+          decoding_from: str | Path | None = None, log=print) -> dict:
     """Run one stage; returns its entry of the model card (also written to OUT).
     `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
     OSDI'24 recipe, for the ablation against quality conditioning. `host_cpus` (finetune): only the records
     timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement of this machine's CPU, to show
     what adapting it to a new CPU gains. `eval_steps`: the validation loss every that many steps too (the card's
-    `validation_curve`), not only at the end -- how many epochs a recipe wants."""
+    `validation_curve`), not only at the end -- how many epochs a recipe wants. `decoding_from`: the checkpoint
+    whose decoding switches (generation_config.json: beams, the reduction guard, vector and parallel tiles) the
+    result decodes with; default `init`'s. A fine-tune of a fresh pre-training would otherwise decode with none
+    of the shipped model's switches, and a comparison of the two would measure the switches, not the weights."""
     if stage not in ("pretrain", "finetune"):
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
     if init is not None:  # before the corpus is built: a refused checkpoint costs nothing
         M.check_sentences(M.read_card(init), init)
+    decoding_from = decoding_from if decoding_from is not None else init
+    if decoding_from is not None and not Path(decoding_from, M.GENERATION_CONFIG).exists():
+        raise ValueError(f"--decoding-from {decoding_from}: no {M.GENERATION_CONFIG} there")
     import torch
     from transformers import TrainingArguments, set_seed
     from transformers.trainer_utils import get_last_checkpoint
@@ -206,11 +213,14 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
                                      for i, b in enumerate(D.QUALITY_BOUNDS)} | {"Q3": "slower"},
                  "gpu": "untuned for GPUs: no GPU measurement was in fine-tuning; CUDA generation is constrained "
                         "(legal) but its choices are only the pre-training distribution's"})
+    if decoding_from is not None and decoding_from != init:
+        entry["decoding_from"] = str(decoding_from)
     M.save(trainer.model, out, card, dtype=dtype)
-    if init is not None:
-        M.copy_decoding(init, out)
+    if decoding_from is not None:
+        M.copy_decoding(decoding_from, out)
     log(f"{stage}: {state.global_step} steps, {seen:,} tokens seen in {train_s:.0f} s; train loss "
-        f"{entry['train_loss']}, validation loss {entry['validation_loss']}; model in {out}", file=sys.stderr)
+        f"{entry['train_loss']}, validation loss {entry['validation_loss']}; model in {out}, decoding with "
+        f"{M.decoding_summary(out)}", file=sys.stderr)
     return entry
 
 
@@ -233,7 +243,7 @@ def _stage_options(args) -> dict:
     return dict(seed=args.seed, batch_size=args.batch_size, lr=args.lr, split_path=args.split, dtype=args.dtype,
                 measured_dirs=args.measured or D.DEFAULT_MEASURED, best_only=args.best_only,
                 best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu,
-                eval_steps=args.eval_steps, log=lambda *a, **k: print(*a, **k))
+                eval_steps=args.eval_steps, decoding_from=args.decoding_from, log=lambda *a, **k: print(*a, **k))
 
 
 def main_train(args) -> int:
@@ -278,6 +288,10 @@ def add_arguments(p) -> None:
     p.add_argument("--init", help="start from this checkpoint (required for finetune)")
     p.add_argument("--max-tokens", type=int, default=None, help="cap the stage's training sentences at N tokens")
     p.add_argument("--minutes", type=float, default=None, help="stop (and save) after M minutes")
+    p.add_argument("--decoding-from", metavar="DIR",
+                   help="decode like this checkpoint (its generation_config.json's switches: beams, reduction "
+                        "guard, vector and parallel tiles); default: --init's. E.g. a fine-tune of a fresh "
+                        "pre-training that will be compared with, or replace, the shipped model")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
