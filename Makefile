@@ -10,7 +10,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is the CPU build (a local wheel here); pinned in pyproject.toml.
-	$(PY) -m pip install -q -e '.[test]'
+	# bench: matplotlib, for the plots benchmarks/tlm.py and whole_models.py write beside their JSON (without it
+	# they say so and write none, and a PNG of an earlier run is left to disagree with the JSON)
+	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)
