@@ -87,9 +87,9 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
         raise ValueError(f"stage is pretrain or finetune, not {stage!r}")
     if init is not None:  # before the corpus is built: a refused checkpoint costs nothing
         M.check_sentences(M.read_card(init), init)
-    decoding_from = decoding_from if decoding_from is not None else init
     if decoding_from is not None and not Path(decoding_from, M.GENERATION_CONFIG).exists():
         raise ValueError(f"--decoding-from {decoding_from}: no {M.GENERATION_CONFIG} there")
+    decoding_from = decoding_from if decoding_from is not None else init
     import torch
     from transformers import TrainingArguments, set_seed
     from transformers.trainer_utils import get_last_checkpoint
