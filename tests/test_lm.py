@@ -113,6 +113,11 @@ def test_best_records_alone_or_within_a_factor_of_the_best(corpus):
     top = D.best_records(recs, top=3)  # the 3 fastest of each task, however far the third is
     assert len(top) == 6 and sorted(round(r["ratio"], 2) for r in top) == [1.0, 1.0, 1.1, 1.1, 1.2, 1.2]
     assert len({(r["task"]["hash"], r["sentence"]) for r in top}) == 6
+    few = [r for r in recs if r["task"]["op"] != recs[0]["task"]["op"] or r["ratio"] < 1.95]  # 10 of one task's 30
+    assert len(few) == len(recs) - 20
+    kept = D.best_records(few, top=3, min_records=11)  # the 10-record task is left out, the 30-record one kept
+    assert len(kept) == 3 and {r["task"]["op"] for r in kept} == {r["task"]["op"] for r in recs} - {recs[0]["task"]["op"]}
+    assert len(D.best_records(few, top=3, min_records=10)) == 6
 
 
 def test_loss_mask_covers_exactly_the_choices():

@@ -228,3 +228,23 @@ def test_cuda_compile_only(model, tmp_path):
     cuda = built.manifest["cuda"]
     assert cuda["cuda_source"] and cuda["kernels"] > 0
     assert built.manifest["fallbacks"] == 0
+
+
+def test_reuse_builds_keeps_only_the_same_checkpoints_executable(tmp_path):
+    """bench-model --reuse-builds times an executable built before only when it is the same model, policy,
+    machine and, for tlm, the same checkpoint: a tlm build of an earlier model is rebuilt, not re-timed."""
+    import json
+    from tensorlang.machine import describe
+    from tensorlang.network.bench import _reusable
+    from tensorlang.network.compile import generator_of, paths_of
+    paths = paths_of(tmp_path / "bert-base-tlm.so")
+    for k in ("so", "params", "inputs"):
+        paths[k].write_bytes(b"")
+    current = generator_of("tlm")
+    assert current and current.startswith("tlm-") and generator_of("roller") is None
+    manifest = {"model": "bert-base", "policy": "tlm", "small": False, "machine": describe(), "generator": current}
+    paths["manifest"].write_text(json.dumps(manifest))
+    assert _reusable(paths["so"], "bert-base", "tlm", False) == manifest
+    paths["manifest"].write_text(json.dumps({**manifest, "generator": "tlm-4x256 v2+00000000"}))
+    assert _reusable(paths["so"], "bert-base", "tlm", False) is None
+    assert _reusable(paths["so"], "bert-base", "roller", False) is None

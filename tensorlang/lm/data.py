@@ -98,11 +98,19 @@ def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
     return out
 
 
-def best_records(records: list[dict], within: float = 1.0, top: int = 1) -> list[dict]:
+def best_records(records: list[dict], within: float = 1.0, top: int = 1, min_records: int = 0) -> list[dict]:
     """The best record of each task on each machine (ratio 1; the first of ties) -- or, with `within` > 1,
     every distinct schedule within that factor of it (e.g. 1.05: the ones the timing noise cannot tell
     from the best) -- or, with `top` > 1, the `top` fastest distinct schedules of each (as many good
-    schedules for every task, however far from the best the k-th is)."""
+    schedules for every task, however far from the best the k-th is). `min_records`: a task measured fewer
+    times than that on a machine is left out -- the best of 8 random schedules is a mediocre one, and with
+    `top` 4 half of them would be taught as good."""
+    if min_records > 1:
+        counts: dict = {}
+        for r in records:
+            k = (r["task"]["hash"], r.get("machine"))
+            counts[k] = counts.get(k, 0) + 1
+        records = [r for r in records if counts[(r["task"]["hash"], r.get("machine"))] >= min_records]
     seen, out = set(), []
     if top > 1:
         by_task: dict = {}

@@ -72,12 +72,13 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
           pretrain_dirs=D.DEFAULT_PRETRAIN, measured_dirs=D.DEFAULT_MEASURED, split_path="data/split.json",
           exclude_heldout_pretrain: bool = False, validation_cap: int = 400, save_steps: int = 200,
           logging_steps: int = 10, dtype: str | None = None, lock: bool = True, best_only: bool = False,
-          best_within: float = 1.0, best_top: int = 1, host_cpus=None, eval_steps: int = 0,
+          best_within: float = 1.0, best_top: int = 1, min_records: int = 0, host_cpus=None, eval_steps: int = 0,
           decoding_from: str | Path | None = None, log=print) -> dict:
     """Run one stage; returns its entry of the model card (also written to OUT).
     `best_only` (finetune): the best record per task and machine alone, without quality tokens -- the
-    OSDI'24 recipe, for the ablation against quality conditioning. `host_cpus` (finetune): only the records
-    timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement of this machine's CPU, to show
+    OSDI'24 recipe, for the ablation against quality conditioning. `min_records` (with `best_only`): the
+    tasks measured fewer times than that on a machine are left out (data.best_records). `host_cpus`
+    (finetune): only the records timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement of this machine's CPU, to show
     what adapting it to a new CPU gains. `eval_steps`: the validation loss every that many steps too (the card's
     `validation_curve`), not only at the end -- how many epochs a recipe wants. `decoding_from`: the checkpoint
     whose decoding switches (generation_config.json: beams, the reduction guard, vector and parallel tiles) the
@@ -109,7 +110,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
             cpus = set(host_cpus)
             records = [r for r in records if (r.get("host") or {}).get("cpu") in cpus]
         if best_only:
-            records = D.best_records(records, best_within, best_top)
+            records = D.best_records(records, best_within, best_top, min_records)
         corpus = D.build(records, not best_only, heldout, max_tokens=max_tokens, seed=seed,
                          validation_cap=validation_cap)
         sources = list(map(str, measured_dirs))
@@ -186,6 +187,7 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
              **({"best_only": True} if best_only else {}),
              **({"best_within": best_within} if best_only and best_within > 1.0 else {}),
              **({"best_top": best_top} if best_only and best_top > 1 else {}),
+             **({"min_records": min_records} if best_only and min_records > 1 else {}),
              **({"host_cpus_only": sorted(host_cpus)} if host_cpus and stage == "finetune" else {}),
              **({"validation_curve": curve} if eval_steps else {}),
              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in other.items()}}
@@ -242,7 +244,8 @@ def _stage_options(args) -> dict:
     round of `--iterate`."""
     return dict(seed=args.seed, batch_size=args.batch_size, lr=args.lr, split_path=args.split, dtype=args.dtype,
                 measured_dirs=args.measured or D.DEFAULT_MEASURED, best_only=args.best_only,
-                best_within=args.best_within, best_top=args.best_top, host_cpus=args.host_cpu,
+                best_within=args.best_within, best_top=args.best_top, min_records=args.min_records,
+                host_cpus=args.host_cpu,
                 eval_steps=args.eval_steps, decoding_from=args.decoding_from, log=lambda *a, **k: print(*a, **k))
 
 
@@ -313,6 +316,9 @@ def add_arguments(p) -> None:
                    help="the validation loss every N steps too (the card's validation_curve), not only at the end")
     p.add_argument("--best-top", type=int, default=1, metavar="K",
                    help="--best-only: the K fastest distinct schedules of each task and machine, not the best alone")
+    p.add_argument("--min-records", type=int, default=0, metavar="N",
+                   help="--best-only: leave out the tasks measured fewer than N times on a machine (their best "
+                        "is not known yet)")
     p.add_argument("--tasks", action="append", help="--iterate: the tasks' .tsched files or dirs "
                    "(default data/workloads, data/workloads-variants, examples)")
     p.add_argument("--target", default="llvm", help="--iterate: the target measured (default llvm)")

@@ -132,7 +132,8 @@ def _call_seconds(fn) -> float:
 
 
 def _reusable(out: Path, model: str, policy: str, small: bool) -> dict | None:
-    """The manifest of an executable built before at OUT for this model, policy and machine, else None."""
+    """The manifest of an executable built before at OUT for this model, policy and machine (and, for tlm,
+    the same checkpoint), else None."""
     from tensorlang.machine import describe
     from tensorlang.network.compile import paths_of
     paths = paths_of(out)
@@ -142,8 +143,10 @@ def _reusable(out: Path, model: str, policy: str, small: bool) -> dict | None:
         m = json.loads(paths["manifest"].read_text())
     except ValueError:
         return None
-    same = (m.get("model"), m.get("policy"), bool(m.get("small")), (m.get("machine") or {}).get("machine_id"))
-    return m if same == (model, policy, small, describe().get("machine_id")) else None
+    from tensorlang.network.compile import generator_of
+    same = (m.get("model"), m.get("policy"), bool(m.get("small")), (m.get("machine") or {}).get("machine_id"),
+            m.get("generator"))
+    return m if same == (model, policy, small, describe().get("machine_id"), generator_of(policy)) else None
 
 
 def build_policy(model: str, policy: str, out: Path, batch=1, seq=None, small=False, image=None) -> dict:

@@ -530,6 +530,16 @@ def relax_build(mod, kind: str):
     return tvm.compile(mod, target=target, relax_pipeline=lower_only)
 
 
+def generator_of(policy: str) -> str | None:
+    """The model behind a tlm policy's schedules (its name and version, as their comments name it), else None:
+    an executable built with another checkpoint is another executable (bench-model --reuse-builds)."""
+    if not policy.startswith("tlm"):
+        return None
+    from tensorlang.baselines.tlm import checkpoint_missing
+    from tensorlang.lm import model as M
+    return None if checkpoint_missing() else M.version(M.read_card(M.DEFAULT_DIR))
+
+
 def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str = "roller", batch: int = 1,
                   seq: int | None = None, small: bool = False, image: int | None = None,
                   schedules: str | Path | None = None, check: bool = True, progress: bool = True,
@@ -557,7 +567,7 @@ def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str =
         "model": model, "small": small, "config": prep.spec_config, "target": kind,
         "target_detail": str(tvm_build_target(kind)), "policy": policy,
         "schedules_from": str(schedules) if schedules else None,
-        "host": host_line(), "machine": describe(),
+        "host": host_line(), "machine": describe(), "generator": generator_of(policy),
         "seconds": {"extract": round(t_prep - t0, 2), "schedule": round(t_sched - t_prep, 2),
                     "build": round(t_build - t_sched, 2)},
         "params": len(prep.params), "inputs": [list(x.shape) for x in prep.inputs],
