@@ -73,18 +73,19 @@ def test_a_written_split_wins_over_the_preference(matmul):
     assert [f for p, f in tiles.values() if p.subject.startswith("j")] == [(1, 1, 512, 1)]
 
 
-def test_the_shipped_model_decodes_with_the_parallel_tile_and_not_the_vector_tile(tmp_path):
+def test_the_shipped_model_decodes_with_the_parallel_and_the_vector_tile(tmp_path):
+    """The shipped checkpoint's switches (its generation_config.json), and a copy can turn one off."""
     import json
     import shutil
 
     from tensorlang.lm import model as M
-    assert not M.generation_vector_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
+    assert M.generation_vector_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
     assert M.generation_parallel_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
     ckpt = tmp_path / "ckpt"
     shutil.copytree(ROOT / "tensorlang" / "lm" / "checkpoints" / "default", ckpt)
     cfg = json.loads((ckpt / M.GENERATION_CONFIG).read_text())
-    (ckpt / M.GENERATION_CONFIG).write_text(json.dumps({**cfg, M.VECTOR_INNERMOST: True}))
-    assert M.generation_vector_tile(ckpt)
+    (ckpt / M.GENERATION_CONFIG).write_text(json.dumps({**cfg, M.VECTOR_INNERMOST: False}))
+    assert not M.generation_vector_tile(ckpt) and M.generation_parallel_tile(ckpt)
 
 
 def test_the_outer_tile_levels_leave_every_core_work(matmul):
