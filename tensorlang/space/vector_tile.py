@@ -15,10 +15,10 @@ heuristic -- the one roller's register tile follows -- so a checkpoint turns it 
 (benchmarks/compare_models.py --vector-tile on,off) it changed 2 of 22 held-out schedules (both of the
 above: 11.8x and 1.9x), none of the 30 validation ones, and 3 of 257 training ones, all depthwise convs,
 where the model's own choice was faster in two (0.94x, 0.50x; 1.47x in the third). The v5 model (shipped
-2026-12-07) has it on: 0.998x on the 36 validation tasks (2 schedules differ), 1.44x on the 11 of 304
-training tasks whose schedules it changes (6 wins: a 128x256x35584 matmul 144 -> 15.7 ms, a depthwise conv
-6.1 -> 1.1; 5 losses, down to 0.44x), 1.03x held out (EfficientNet's depthwise conv2d1 2.0 -> 1.1 ms) --
-benchmarks/results/compare_vector_v5_znver4_*.json.
+2026-12-07) has it on: 0.998x on the 36 validation tasks (1 schedule differs: a wide matmul, a tie), 1.44x
+on the 11 of 304 training tasks whose schedules it changes (6 wins: a 128x256x35584 matmul 144 -> 15.7 ms, a
+RegNetY-448 group conv 6.1 -> 1.1; 5 losses, down to 0.44x), 1.03x held out (EfficientNet's depthwise
+conv2d1 2.0 -> 1.1 ms) -- benchmarks/results/compare_vector_v5_znver4_*.json.
 """
 from __future__ import annotations
 
