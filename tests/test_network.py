@@ -232,7 +232,8 @@ def test_cuda_compile_only(model, tmp_path):
 
 def test_reuse_builds_keeps_only_the_same_checkpoints_executable(tmp_path):
     """bench-model --reuse-builds times an executable built before only when it is the same model, policy,
-    machine and, for tlm, the same checkpoint: a tlm build of an earlier model is rebuilt, not re-timed."""
+    machine and, for tlm, the same checkpoint and decoding: a tlm build of an earlier model, or of the same
+    weights decoded with other switches, is rebuilt, not re-timed."""
     import json
     from tensorlang.machine import describe
     from tensorlang.network.bench import _reusable
@@ -247,4 +248,8 @@ def test_reuse_builds_keeps_only_the_same_checkpoints_executable(tmp_path):
     assert _reusable(paths["so"], "bert-base", "tlm", False) == manifest
     paths["manifest"].write_text(json.dumps({**manifest, "generator": "tlm-4x256 v2+00000000"}))
     assert _reusable(paths["so"], "bert-base", "tlm", False) is None
+    on, off = "vector tile on", "vector tile off"
+    decoded_otherwise = current.replace(on, off) if on in current else current.replace(off, on)
+    paths["manifest"].write_text(json.dumps({**manifest, "generator": decoded_otherwise}))
+    assert decoded_otherwise != current and _reusable(paths["so"], "bert-base", "tlm", False) is None
     assert _reusable(paths["so"], "bert-base", "roller", False) is None

@@ -531,13 +531,16 @@ def relax_build(mod, kind: str):
 
 
 def generator_of(policy: str) -> str | None:
-    """The model behind a tlm policy's schedules (its name and version, as their comments name it), else None:
-    an executable built with another checkpoint is another executable (bench-model --reuse-builds)."""
+    """The model behind a tlm policy's schedules (its name and version, as their comments name it, and its
+    decoding switches), else None: an executable built with another checkpoint, or with the same weights
+    decoded otherwise, is another executable (bench-model --reuse-builds)."""
     if not policy.startswith("tlm"):
         return None
     from tensorlang.baselines.tlm import checkpoint_missing
     from tensorlang.lm import model as M
-    return None if checkpoint_missing() else M.version(M.read_card(M.DEFAULT_DIR))
+    if checkpoint_missing():
+        return None
+    return f"{M.version(M.read_card(M.DEFAULT_DIR))} ({M.decoding_summary(M.DEFAULT_DIR)})"
 
 
 def compile_model(model: str, out: str | Path, kind: str = "llvm", policy: str = "roller", batch: int = 1,
