@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,11 @@ def pretrain_records(dirs=DEFAULT_PRETRAIN) -> list[dict]:
     return [r for d in dirs for r in read(d) if r.get("sentence") and _v2(r["sentence"])]
 
 
+def task_machine(record: dict) -> tuple:
+    """What a record's latency is comparable within: its task on the machine that timed it."""
+    return record["task"]["hash"], record.get("machine")
+
+
 def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
     """The correct measured records (status ok, v2 sentences), each with its `quality` token: its median
     latency over the best known for its task on the machine that timed it."""
@@ -87,12 +93,12 @@ def measured_records(dirs=DEFAULT_MEASURED) -> list[dict]:
             if r.get("status") == "ok" and r.get("median_s") and r.get("sentence") and _v2(r["sentence"])]
     best: dict = {}
     for r in recs:
-        k = (r["task"]["hash"], r.get("machine"))
+        k = task_machine(r)
         best[k] = min(best.get(k, float("inf")), r["median_s"])
     out = []
     for r in recs:
         r = dict(r)
-        r["ratio"] = r["median_s"] / best[(r["task"]["hash"], r.get("machine"))]
+        r["ratio"] = r["median_s"] / best[task_machine(r)]
         r["quality"] = quality_token(r["ratio"])
         out.append(r)
     return out
@@ -106,22 +112,19 @@ def best_records(records: list[dict], within: float = 1.0, top: int = 1, min_rec
     times than that on a machine is left out -- the best of 8 random schedules is a mediocre one, and with
     `top` 4 half of them would be taught as good."""
     if min_records > 1:
-        counts: dict = {}
-        for r in records:
-            k = (r["task"]["hash"], r.get("machine"))
-            counts[k] = counts.get(k, 0) + 1
-        records = [r for r in records if counts[(r["task"]["hash"], r.get("machine"))] >= min_records]
+        counts = Counter(map(task_machine, records))
+        records = [r for r in records if counts[task_machine(r)] >= min_records]
     seen, out = set(), []
     if top > 1:
         by_task: dict = {}
         for r in sorted(records, key=lambda r: r["ratio"]):  # stable: the first of ties stays first
-            k = (r["task"]["hash"], r.get("machine"))
+            k = task_machine(r)
             if (k, r["sentence"]) not in seen and len(by_task.setdefault(k, [])) < top:
                 seen.add((k, r["sentence"]))
                 by_task[k].append(r)
         return [r for rs in by_task.values() for r in rs]
     for r in records:
-        k = (r["task"]["hash"], r.get("machine"))
+        k = task_machine(r)
         if within <= 1.0:
             if r["ratio"] == 1.0 and k not in seen:
                 seen.add(k)

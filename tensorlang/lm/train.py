@@ -79,8 +79,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     OSDI'24 recipe, for the ablation against quality conditioning. `min_records` (with `best_only`): the
     tasks measured fewer times than that on a machine are left out (data.best_records). `host_cpus`
     (finetune): only the records timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement
-    of this machine's CPU, to show what adapting it to a new CPU gains. `eval_steps`: the validation loss every that many steps too (the card's
-    `validation_curve`), not only at the end -- how many epochs a recipe wants. `decoding_from`: the checkpoint
+    of this machine's CPU, to show what adapting it to a new CPU gains. `eval_steps`: the validation loss every
+    that many steps too (the card's `validation_curve`), not only at the end -- how many epochs a recipe wants. `decoding_from`: the checkpoint
     whose decoding switches (generation_config.json: beams, the reduction guard, vector and parallel tiles) the
     result decodes with; default `init`'s. A fine-tune of a fresh pre-training would otherwise decode with none
     of the shipped model's switches, and a comparison of the two would measure the switches, not the weights."""

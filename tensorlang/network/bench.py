@@ -133,9 +133,9 @@ def _call_seconds(fn) -> float:
 
 def _reusable(out: Path, model: str, policy: str, small: bool) -> dict | None:
     """The manifest of an executable built before at OUT for this model, policy and machine (and, for tlm,
-    the same checkpoint), else None."""
+    the same checkpoint and decoding switches: compile.generator_of), else None."""
     from tensorlang.machine import describe
-    from tensorlang.network.compile import paths_of
+    from tensorlang.network.compile import generator_of, paths_of
     paths = paths_of(out)
     if not (out.exists() and paths["manifest"].exists() and paths["params"].exists() and paths["inputs"].exists()):
         return None
@@ -143,7 +143,6 @@ def _reusable(out: Path, model: str, policy: str, small: bool) -> dict | None:
         m = json.loads(paths["manifest"].read_text())
     except ValueError:
         return None
-    from tensorlang.network.compile import generator_of
     same = (m.get("model"), m.get("policy"), bool(m.get("small")), (m.get("machine") or {}).get("machine_id"),
             m.get("generator"))
     return m if same == (model, policy, small, describe().get("machine_id"), generator_of(policy)) else None
