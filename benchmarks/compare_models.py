@@ -3,6 +3,7 @@ roller's, measured together in one harness run -- the figure that decides which 
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist|train] [--repeat 5]
                                                  [--beams 1,4] [--guard on,off] [--vector-tile on,off] [--parallel-tile on,off]
+                                                 [--partial-sums on,off]
                                                  [--only-differing] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
@@ -18,7 +19,8 @@ Choose on `--set indist` (validation tasks); the held-out set is the benchmark's
 `--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`);
 `--vector-tile on,off` with and without the vector-width innermost tile (space/vector_tile.py; `NAME@vector`,
 `NAME@novector`); `--parallel-tile on,off` with and without the parallel outer tile (space/parallel_tile.py;
-`NAME@parallel`, `NAME@noparallel`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
+`NAME@parallel`, `NAME@noparallel`); `--partial-sums on,off` with and without the unrolled partial sums
+(space/partial_sums.py; `NAME@partials`, `NAME@nopartials`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
 that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
 whose schedules differ between the models (the rest would tie but for noise; the report counts both).
 `--keep-schedules FILE` keeps phase 1's schedules; `--schedules-from FILE` re-times the models' schedules such a
@@ -79,7 +81,8 @@ class Beams:
 
 # decoding switches: Generator attribute -> (option, tag when on, tag when off)
 SWITCHES = {"guard": ("guard", "@guard", "@noguard"), "vector_tile": ("vector_tile", "@vector", "@novector"),
-            "parallel_tile": ("parallel_tile", "@parallel", "@noparallel")}
+            "parallel_tile": ("parallel_tile", "@parallel", "@noparallel"),
+            "partial_sums": ("partial_sums", "@partials", "@nopartials")}
 
 
 def schedules_differ(task, models: list[str], cache) -> bool:
@@ -133,6 +136,9 @@ def main(argv=None) -> int:
                          "default: each checkpoint's own)")
     ap.add_argument("--parallel-tile", default=None,
                     help="on,off: decode with the parallel outer tile both ways (space/parallel_tile.py; "
+                         "default: each checkpoint's own)")
+    ap.add_argument("--partial-sums", default=None,
+                    help="on,off: decode with and without the unrolled partial sums (space/partial_sums.py; "
                          "default: each checkpoint's own)")
     ap.add_argument("--keep-schedules", metavar="FILE", help="write phase 1's schedules to FILE (default: a "
                     "temporary file), for a later run's --schedules-from")

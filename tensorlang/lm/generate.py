@@ -170,6 +170,8 @@ class Generator:
         self.vector_tile = M.generation_vector_tile(self.path)
         # outer tile levels that give every core work (space/parallel_tile.py)
         self.parallel_tile = M.generation_parallel_tile(self.path)
+        # an rfactor's strided partial sums at the root unless their loop unrolls (space/partial_sums.py)
+        self.partial_sums = M.generation_partial_sums(self.path)
 
     @property
     def name(self) -> str:
@@ -199,13 +201,15 @@ class Generator:
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
         from tensorlang.space.sentence import NextTokens
-        if constraints is not None or self.guard or self.vector_tile or self.parallel_tile:
+        if constraints is not None or self.guard or self.vector_tile or self.parallel_tile or self.partial_sums:
             from tensorlang.space.constraints import ConstrainedTokens, preferring
             from tensorlang.space.parallel_tile import parallel_outer
+            from tensorlang.space.partial_sums import unrolled_partial_sums
             from tensorlang.space.recompute import no_repeated_reduction
             from tensorlang.space.vector_tile import vector_innermost
             prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
-                                      (parallel_outer, self.parallel_tile)) if on]
+                                      (parallel_outer, self.parallel_tile),
+                                      (unrolled_partial_sums, self.partial_sums)) if on]
             nt = ConstrainedTokens(space, constraints, prefer=preferring(*prefer) if prefer else None)
         else:
             nt = NextTokens(space)

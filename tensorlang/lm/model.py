@@ -148,6 +148,16 @@ def generation_parallel_tile(path: str | Path) -> bool:
     return bool(generation_config(path).get(PARALLEL_OUTER, False))
 
 
+# generation_config.json's switch for partial_sums.unrolled_partial_sums: off unless a checkpoint says true
+UNROLLED_PARTIAL_SUMS = "unrolled_partial_sums"
+
+
+def generation_partial_sums(path: str | Path) -> bool:
+    """Whether decoding leaves an rfactor's strided partial sums at the root unless their loop unrolls
+    (generation_config.json's `unrolled_partial_sums`; false where it is not set)."""
+    return bool(generation_config(path).get(UNROLLED_PARTIAL_SUMS, False))
+
+
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
     cfg = generation_config(path)
@@ -159,15 +169,17 @@ def set_generation_beams(path: str | Path, num_beams: int) -> None:
 
 
 # the decoding a checkpoint asks for in its generation_config.json: what a model trained from it keeps
-DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER)
+DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER, UNROLLED_PARTIAL_SUMS)
 
 
 def decoding_summary(path: str | Path) -> str:
-    """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, parallel tile on'."""
+    """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, parallel tile on,
+    partial sums rule on'."""
     beams = generation_beams(path)
     onoff = lambda b: "on" if b else "off"  # noqa: E731
     return (f"{'greedy' if beams == 1 else f'{beams} beams'}, reduction guard {onoff(generation_guard(path))}, "
-            f"vector tile {onoff(generation_vector_tile(path))}, parallel tile {onoff(generation_parallel_tile(path))}")
+            f"vector tile {onoff(generation_vector_tile(path))}, parallel tile {onoff(generation_parallel_tile(path))}"
+            f", partial sums rule {onoff(generation_partial_sums(path))}")
 
 
 def copy_decoding(src: str | Path, dst: str | Path) -> None:
