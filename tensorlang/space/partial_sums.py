@@ -6,8 +6,8 @@ stage keeps the original loop order, k0 outside k1, so its innermost loop runs a
 postprocessor vectorises it. Computed at a loop of its consumer (`compute_at(X_rf, ...)`), TVM regenerates its
 loops spatial first: k1 (b partial sums) outside k0 (r = the other factors), so the innermost loop reads with
 a stride of b elements and nothing is vectorised -- unless that loop is unrolled, after which LLVM vectorises
-across the partial sums. EfficientNet's 32x112x112 mean (held out) is the case: the shipped model writes
-`split [196, 64]`, the partial sums at the consumer's channel loop and unroll step 64, and runs 0.129 ms
+across the partial sums. EfficientNet's 32x112x112 mean (held out) is the case: the shipped model, left to
+itself, writes `split [196, 64]`, the partial sums at the consumer's channel loop and unroll step 64: 0.129 ms
 against MetaSchedule's 0.010 (benchmarks/tlm.py, znver4); at unroll step 512 the same schedule runs 9x faster.
 
 `unrolled_partial_sums(space, point, decisions, sketch)`: at the compute-at decision of a CPU rfactor stage
@@ -20,7 +20,8 @@ heuristic read off measurements like vector_tile's: a checkpoint turns it on wit
 
 The constants were measured on znver4 (2-core AMD EPYC, LLVM of tvm 0.27) with the shipped model's mean
 schedule and r x b in {196x64 .. 392x32} (`tensorlang run`, median ms, root-placed partial sums 0.038): at
-unroll step >= r, r = 64, 98, 128, 196: 0.030-0.034, r = 256 (steps 256 and 512) and 392 (512): 0.27-0.30;
+unroll step >= r, r = 64, 98, 128, 196: 0.030-0.034, r = 224: 0.041, r = 256 (steps 256 and 512) and 392 (512):
+0.27-0.30;
 at steps 0 and 16, r = 49: 0.037, r = 56, 64, 98, 112: 0.16-0.27.
 """
 from __future__ import annotations
