@@ -200,16 +200,16 @@ class Generator:
 
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
+        from tensorlang.space.parallel_tile import parallel_outer
+        from tensorlang.space.partial_sums import unrolled_partial_sums
+        from tensorlang.space.recompute import no_repeated_reduction
         from tensorlang.space.sentence import NextTokens
-        if constraints is not None or self.guard or self.vector_tile or self.parallel_tile or self.partial_sums:
+        from tensorlang.space.vector_tile import vector_innermost
+        prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
+                                  (parallel_outer, self.parallel_tile), (unrolled_partial_sums, self.partial_sums))
+                  if on]
+        if constraints is not None or prefer:
             from tensorlang.space.constraints import ConstrainedTokens, preferring
-            from tensorlang.space.parallel_tile import parallel_outer
-            from tensorlang.space.partial_sums import unrolled_partial_sums
-            from tensorlang.space.recompute import no_repeated_reduction
-            from tensorlang.space.vector_tile import vector_innermost
-            prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
-                                      (parallel_outer, self.parallel_tile),
-                                      (unrolled_partial_sums, self.partial_sums)) if on]
             nt = ConstrainedTokens(space, constraints, prefer=preferring(*prefer) if prefer else None)
         else:
             nt = NextTokens(space)

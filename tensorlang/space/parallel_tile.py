@@ -31,7 +31,8 @@ changed 6 training schedules, 1.19x, losing 0.36x on one; with the level-0 case 
 from __future__ import annotations
 
 import math
-import weakref
+
+from tensorlang.space.sketch_trace import per_sketch, tile_splits
 
 
 # What a benchmark's cache of generated schedules names this rule by: changed with what the rule keeps
@@ -39,38 +40,20 @@ import weakref
 # without a parallel tile keeps its tiles).
 RULE = "parallel-outer v3"
 
-# per space (a weak key: a space dies with its operator's document), per sketch: consumer_levels' answer
-_LEVELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-
+@per_sketch
 def consumer_levels(space, sketch: int) -> dict[int, int]:
     """{decision index of a tile: the level of its split that the sketch computes a consumer at}, read off the
-    sketch's trace: a SamplePerfectTile's factors feed a Split, whose i-th loop a ReverseComputeAt names.
-    (Trace variables are matched with same_as: == on a TVM expression builds an expression.)"""
-    memo = _LEVELS.setdefault(space, {})
-    if sketch in memo:
-        return memo[sketch]
-    from tensorlang.space.space import _SAMPLING
-    sampled: list = []  # (a sampled factor's variable, the decision that sampled it)
-    splits: list = []  # (decision, the loops a split of its factors made)
+    sketch's trace: a SamplePerfectTile's factors feed a Split, whose i-th loop a ReverseComputeAt names."""
+    insts = space.sketches[sketch].insts
+    splits = tile_splits(insts)
     out: dict = {}
-    k = 0
-    for inst in space.sketches[sketch].insts:
-        name = inst.kind.name
-        if name == "SamplePerfectTile":
-            sampled += [(v, k) for v in inst.outputs]
-        if name in _SAMPLING:
-            k += 1
-        elif name == "Split":
-            d = next((k2 for f in inst.inputs[1:] for v, k2 in sampled if f is not None and v.same_as(f)), None)
-            if d is not None:
-                splits.append((d, list(inst.outputs)))
-        elif name == "ReverseComputeAt":
+    for inst in insts:
+        if inst.kind.name == "ReverseComputeAt":
             for d, loops in splits:
                 level = next((i for i, lp in enumerate(loops) if lp.same_as(inst.inputs[1])), None)
                 if level is not None:
                     out[d] = min(level, out.get(d, level))
-    memo[sketch] = out
     return out
 
 

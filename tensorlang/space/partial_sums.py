@@ -27,7 +27,8 @@ at steps 0 and 16, r = 49: 0.037, r = 56, 64, 98, 112: 0.16-0.27.
 from __future__ import annotations
 
 import math
-import weakref
+
+from tensorlang.space.sketch_trace import decision_indices, per_sketch, tile_splits
 
 # The longest strided loop LLVM still vectorises across the partial sums once TVM has unrolled it (224
 # measured fast, 256 9x slower), and the longest it unrolls on its own (49 fast, 56 slow).
@@ -39,58 +40,40 @@ RULE = "unrolled-partial-sums v1"
 
 _UNROLL_ANNOTATIONS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
 
-# per space (a weak key: a space dies with its operator's document), per sketch: strided_rfactors' answer
-_RFACTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-
+@per_sketch
 def strided_rfactors(space, sketch: int) -> dict[str, tuple[int, int | None, tuple]]:
     """{name of an rf stage whose partial sums are its split's innermost part: (the decision index of that
-    split's tile, the decision index of the unroll step sampled before the rfactor's compute-at or None, the
-    steps)}, read off the sketch's trace: a block's loops (GetLoops, then Fuse and Split) carry its name; a
-    SamplePerfectTile's factors feed a Split, whose last loop an RFactor takes, making the block TVM names
-    `<block>_rf`; a SampleCategorical's value is annotated as the unroll step. (Trace variables are matched with
-    same_as: == on a TVM expression builds an expression.)"""
-    memo = _RFACTORS.setdefault(space, {})
-    if sketch in memo:
-        return memo[sketch]
-    from tensorlang.space.space import _SAMPLING
+    split's tile, the decision index of the sketch's unroll step or None, the steps)}, read off the sketch's
+    trace: a block's loops (GetLoops, then Fuse and Split) carry its name; a SamplePerfectTile's factors feed a
+    Split, whose last loop an RFactor takes, making the block TVM names `<block>_rf`; a SampleCategorical's
+    value is annotated as the unroll step."""
+    insts = space.sketches[sketch].insts
+    splits = tile_splits(insts)
     names: list = []  # (a block or loop variable, the name of its block)
-    sampled: list = []  # (a sampled factor's variable, the decision that sampled it)
     categorical: list = []  # (a sampled categorical's variable, its decision, its candidates)
-    splits: list = []  # (decision, the loops a split of its factors made)
+    tiles: dict = {}  # rf stage -> the tile decision of its split
     unroll = (None, ())
-    out: dict = {}
-    k = 0
 
     def name_of(rv):
         return next((n for v, n in names if v.same_as(rv)), None)
-    for inst in space.sketches[sketch].insts:
+    for inst, k in zip(insts, decision_indices(insts)):
         kind = inst.kind.name
         if kind == "GetSBlock":
             names.append((inst.outputs[0], str(inst.attrs[0])))
         elif kind in ("GetLoops", "Fuse", "Split"):
             block = name_of(inst.inputs[0])
             names += [(v, block) for v in inst.outputs] if block is not None else []
-        if kind == "SamplePerfectTile":
-            sampled += [(v, k) for v in inst.outputs]
-        elif kind == "SampleCategorical":
+        if kind == "SampleCategorical":
             categorical.append((inst.outputs[0], k, tuple(int(c) for c in inst.attrs[0])))
-        if kind in _SAMPLING:
-            k += 1
-        elif kind == "Split":
-            d = next((k2 for f in inst.inputs[1:] for v, k2 in sampled if f is not None and v.same_as(f)), None)
-            if d is not None:
-                splits.append((d, list(inst.outputs)))
         elif kind == "RFactor":
             d = next((d for d, loops in splits if loops[-1].same_as(inst.inputs[0])), None)
             block = name_of(inst.inputs[0])
             if d is not None and block is not None:
-                out[f"{block}_rf"] = (d, None, ())
+                tiles[f"{block}_rf"] = d
         elif kind == "Annotate" and str(inst.attrs[0]) in _UNROLL_ANNOTATIONS:
             unroll = next(((d, c) for v, d, c in categorical if v.same_as(inst.inputs[1])), unroll)
-            out = {rf: (d, *unroll) for rf, (d, _, _) in out.items()}
-    memo[sketch] = out
-    return out
+    return {rf: (d, *unroll) for rf, d in tiles.items()}
 
 
 def unrolled(r: int, step: int) -> bool:
