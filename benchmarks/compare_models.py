@@ -3,7 +3,7 @@ roller's, measured together in one harness run -- the figure that decides which 
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist|train] [--repeat 5]
                                                  [--beams 1,4] [--guard on,off] [--vector-tile on,off] [--parallel-tile on,off]
-                                                 [--partial-sums on,off]
+                                                 [--partial-sums on,off] [--register-tile on,off]
                                                  [--only-differing] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
@@ -20,8 +20,9 @@ Choose on `--set indist` (validation tasks); the held-out set is the benchmark's
 `--vector-tile on,off` with and without the vector-width innermost tile (space/vector_tile.py; `NAME@vector`,
 `NAME@novector`); `--parallel-tile on,off` with and without the parallel outer tile (space/parallel_tile.py;
 `NAME@parallel`, `NAME@noparallel`); `--partial-sums on,off` with and without the unrolled partial sums
-(space/partial_sums.py; `NAME@partials`, `NAME@nopartials`). `--set train`: the training tasks (what fine-tuning learned from: where a decoding rule
-that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
+(space/partial_sums.py; `NAME@partials`, `NAME@nopartials`); `--register-tile on,off` with and without the register
+tile within the register file (space/register_tile.py; `NAME@registers`, `NAME@noregisters`). `--set train`: the
+training tasks (what fine-tuning learned from: where a decoding rule that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
 whose schedules differ between the models (the rest would tie but for noise; the report counts both).
 `--keep-schedules FILE` keeps phase 1's schedules; `--schedules-from FILE` re-times the models' schedules such a
 file holds beside this run's, without their checkpoints: how a checkpoint of an earlier sentence version, which
@@ -68,7 +69,8 @@ def validation_loss(model_dir) -> dict:
 
 class Beams:
     """A Generator decoding with `num_beams` beams, 1 = greedy, and its decoding switches (SWITCHES: the
-    repeated-reduction guard, the vector tile, the parallel tile) on or off (phase 1 calls `.generate(space)`)."""
+    repeated-reduction guard, the vector tile, the parallel tile, the partial sums, the register tile) on or off
+    (phase 1 calls `.generate(space)`)."""
 
     def __init__(self, gen, num_beams: int, switches: dict):
         self.gen, self.num_beams, self.switches = gen, num_beams, switches
@@ -82,7 +84,8 @@ class Beams:
 # decoding switches: Generator attribute -> (option, tag when on, tag when off)
 SWITCHES = {"guard": ("guard", "@guard", "@noguard"), "vector_tile": ("vector_tile", "@vector", "@novector"),
             "parallel_tile": ("parallel_tile", "@parallel", "@noparallel"),
-            "partial_sums": ("partial_sums", "@partials", "@nopartials")}
+            "partial_sums": ("partial_sums", "@partials", "@nopartials"),
+            "register_tile": ("register_tile", "@registers", "@noregisters")}
 
 
 def schedules_differ(task, models: list[str], cache) -> bool:
@@ -140,6 +143,9 @@ def main(argv=None) -> int:
     ap.add_argument("--partial-sums", default=None,
                     help="on,off: decode with and without the unrolled partial sums (space/partial_sums.py; "
                          "default: each checkpoint's own)")
+    ap.add_argument("--register-tile", default=None,
+                    help="on,off: decode with and without the register tile within the register file "
+                         "(space/register_tile.py; default: each checkpoint's own)")
     ap.add_argument("--keep-schedules", metavar="FILE", help="write phase 1's schedules to FILE (default: a "
                     "temporary file), for a later run's --schedules-from")
     ap.add_argument("--schedules-from", metavar="FILE", action="append", default=[],

@@ -189,7 +189,8 @@ def run_stamp(script: str, argv, started: float) -> dict:
 def decoding(gen, sampled: bool = False) -> str:
     """A model and how it decodes (`sampled`: and the temperature of its samples; the guard against repeated
     reductions, space/recompute.py; the vector tile, space/vector_tile.py; the parallel tile's rule,
-    space/parallel_tile.py; the partial sums', space/partial_sums.py): what a cached schedule of it depends on."""
+    space/parallel_tile.py; the partial sums', space/partial_sums.py; the register tile's, space/register_tile.py):
+    what a cached schedule of it depends on."""
     from tensorlang.lm.generate import SAMPLE_TEMPERATURE
     name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
     name += " no-repeated-reductions" if gen.guard else ""
@@ -199,6 +200,9 @@ def decoding(gen, sampled: bool = False) -> str:
         name += f" {RULE}"
     if getattr(gen, "partial_sums", False):
         from tensorlang.space.partial_sums import RULE
+        name += f" {RULE}"
+    if getattr(gen, "register_tile", False):
+        from tensorlang.space.register_tile import RULE
         name += f" {RULE}"
     return f"{name} T={SAMPLE_TEMPERATURE}" if sampled else name
 

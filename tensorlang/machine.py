@@ -62,6 +62,14 @@ class CPU:
         return 128
 
     @property
+    def vector_registers(self) -> int:
+        """The architectural vector registers: 32 with AVX-512 (zmm0-31) or on AArch64 (v0-31), else 16
+        (x86-64's ymm/xmm0-15)."""
+        if "avx512f" in self.features or "neon" in self.features or "sve" in self.features:
+            return 32
+        return 16
+
+    @property
     def simd(self) -> list[str]:
         return sorted(f for f in self.features if f.startswith(SIMD_PREFIXES))
 

@@ -770,7 +770,8 @@ def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
     like = tmp_path / "shipped"
     like.mkdir()
     (like / M.GENERATION_CONFIG).write_text(json.dumps({M.PARALLEL_OUTER: True, M.VECTOR_INNERMOST: True,
-                                                        M.UNROLLED_PARTIAL_SUMS: True}))
+                                                        M.UNROLLED_PARTIAL_SUMS: True,
+                                                        M.FITTING_REGISTER_TILE: True}))
     common = dict(init=init, epochs=1, batch_size=4, save_steps=1000, measured_dirs=[corpus / "measured"],
                   pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", log=lambda *a, **k: None)
     with pytest.raises(ValueError, match="no generation_config.json"):
@@ -780,10 +781,11 @@ def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
     assert entry["decoding_from"] == str(like)
     ft = tmp_path / "ft"
     assert (M.generation_parallel_tile(ft), M.generation_vector_tile(ft), M.generation_guard(ft),
-            M.generation_partial_sums(ft)) == (True, True, True, True)
-    assert M.decoding_summary(ft) == "greedy, reduction guard on, vector tile on, parallel tile on, partial sums rule on"
+            M.generation_partial_sums(ft), M.generation_register_tile(ft)) == (True, True, True, True, True)
+    assert M.decoding_summary(ft) == ("greedy, reduction guard on, vector tile on, parallel tile on, partial sums rule "
+                                      "on, register tile on")
     assert M.decoding_summary(init) == ("greedy, reduction guard on, vector tile off, parallel tile off, "
-                                        "partial sums rule off")
+                                        "partial sums rule off, register tile off")
 
 
 def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):

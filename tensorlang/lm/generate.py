@@ -172,6 +172,8 @@ class Generator:
         self.parallel_tile = M.generation_parallel_tile(self.path)
         # an rfactor's strided partial sums at the root unless their loop unrolls (space/partial_sums.py)
         self.partial_sums = M.generation_partial_sums(self.path)
+        # a multi-level tile's register tile within the vector register file (space/register_tile.py)
+        self.register_tile = M.generation_register_tile(self.path)
 
     @property
     def name(self) -> str:
@@ -203,10 +205,14 @@ class Generator:
         from tensorlang.space.parallel_tile import parallel_outer
         from tensorlang.space.partial_sums import unrolled_partial_sums
         from tensorlang.space.recompute import no_repeated_reduction
+        from tensorlang.space.register_tile import fitting_register_tile
         from tensorlang.space.sentence import NextTokens
         from tensorlang.space.vector_tile import vector_innermost
+        # applied in this order, each yielding where it would leave nothing (constraints.preferring): the
+        # register tile narrows what the vector tile leaves, and the parallel tile what both leave
         prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
-                                  (parallel_outer, self.parallel_tile), (unrolled_partial_sums, self.partial_sums))
+                                  (fitting_register_tile, self.register_tile), (parallel_outer, self.parallel_tile),
+                                  (unrolled_partial_sums, self.partial_sums))
                   if on]
         if constraints is not None or prefer:
             from tensorlang.space.constraints import ConstrainedTokens, preferring

@@ -158,6 +158,16 @@ def generation_partial_sums(path: str | Path) -> bool:
     return bool(generation_config(path).get(UNROLLED_PARTIAL_SUMS, False))
 
 
+# generation_config.json's switch for register_tile.fitting_register_tile: off unless a checkpoint says true
+FITTING_REGISTER_TILE = "fitting_register_tile"
+
+
+def generation_register_tile(path: str | Path) -> bool:
+    """Whether decoding keeps a multi-level tile's innermost spatial level within the vector register file
+    (generation_config.json's `fitting_register_tile`; false where it is not set)."""
+    return bool(generation_config(path).get(FITTING_REGISTER_TILE, False))
+
+
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
     """Make beam search with `num_beams` beams (1: greedy) the checkpoint's decoding."""
     cfg = generation_config(path)
@@ -169,17 +179,19 @@ def set_generation_beams(path: str | Path, num_beams: int) -> None:
 
 
 # the decoding a checkpoint asks for in its generation_config.json: what a model trained from it keeps
-DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER, UNROLLED_PARTIAL_SUMS)
+DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER, UNROLLED_PARTIAL_SUMS,
+                     FITTING_REGISTER_TILE)
 
 
 def decoding_summary(path: str | Path) -> str:
     """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, parallel tile on,
-    partial sums rule on'."""
+    partial sums rule on, register tile on'."""
     beams = generation_beams(path)
     onoff = lambda b: "on" if b else "off"  # noqa: E731
     return (f"{'greedy' if beams == 1 else f'{beams} beams'}, reduction guard {onoff(generation_guard(path))}, "
             f"vector tile {onoff(generation_vector_tile(path))}, parallel tile {onoff(generation_parallel_tile(path))}"
-            f", partial sums rule {onoff(generation_partial_sums(path))}")
+            f", partial sums rule {onoff(generation_partial_sums(path))}"
+            f", register tile {onoff(generation_register_tile(path))}")
 
 
 def copy_decoding(src: str | Path, dst: str | Path) -> None:

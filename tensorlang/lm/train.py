@@ -81,8 +81,8 @@ def train(stage: str, out: str | Path, *, size: str = "4x256", init: str | Path 
     (finetune): only the records timed on these CPUs (LLVM names) -- e.g. a model that has seen no measurement
     of this machine's CPU, to show what adapting it to a new CPU gains. `eval_steps`: the validation loss every
     that many steps too (the card's `validation_curve`), not only at the end -- how many epochs a recipe wants. `decoding_from`: the checkpoint
-    whose decoding switches (generation_config.json: beams, the reduction guard, vector and parallel tiles, the
-    partial-sums rule) the result decodes with; default `init`'s. A fine-tune of a fresh pre-training would
+    whose decoding switches (generation_config.json: beams, the reduction guard, vector, register and parallel tiles,
+    the partial-sums rule) the result decodes with; default `init`'s. A fine-tune of a fresh pre-training would
     otherwise decode with none of the shipped model's switches, and a comparison of the two would measure the
     switches, not the weights."""
     if stage not in ("pretrain", "finetune"):
@@ -294,7 +294,7 @@ def add_arguments(p) -> None:
     p.add_argument("--minutes", type=float, default=None, help="stop (and save) after M minutes")
     p.add_argument("--decoding-from", metavar="DIR",
                    help="decode like this checkpoint (its generation_config.json's switches: beams, reduction "
-                        "guard, vector and parallel tiles, partial-sums rule); default: --init's. E.g. a fine-tune of "
+                        "guard, vector, register and parallel tiles, partial-sums rule); default: --init's. E.g. a fine-tune of "
                         "a fresh pre-training that will be compared with, or replace, the shipped model")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
     p.add_argument("--seed", type=int, default=0)
