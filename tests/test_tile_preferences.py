@@ -208,10 +208,11 @@ def test_the_parallel_preference_never_costs_the_innermost_factor(stem_conv):
 
 
 def register_tile_registers(tiles, lanes) -> int:
-    """The vector registers a walk's multi-level tile keeps its accumulators in: the product of the spatial
-    loops' innermost factors, the last loop's in vectors."""
-    inner = [f[-1] for p, f in tiles.values() if p.role == "S" and p.n >= 3]  # in loop order (decision order)
-    return math.prod(inner[:-1]) * math.ceil(inner[-1] / lanes)
+    """The vector registers a walk's multi-level tile keeps its accumulators in (registers_needed, whose
+    values test_registers_count_contiguous_runs_as_one_vector checks)."""
+    from tensorlang.space.register_tile import registers_needed
+    spatial = [f for p, f in tiles.values() if p.role == "S" and p.n >= 3]  # in loop order (decision order)
+    return registers_needed([f[-1] for f in spatial], [math.prod(f) for f in spatial], lanes)
 
 
 def test_the_register_tile_fits_the_register_file(matmul):
