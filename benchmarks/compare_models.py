@@ -22,8 +22,9 @@ Choose on `--set indist` (validation tasks); the held-out set is the benchmark's
 `NAME@parallel`, `NAME@noparallel`); `--partial-sums on,off` with and without the unrolled partial sums
 (space/partial_sums.py; `NAME@partials`, `NAME@nopartials`); `--register-tile on,off` with and without the register
 tile within the register file (space/register_tile.py; `NAME@registers`, `NAME@noregisters`). `--set train`: the
-training tasks (what fine-tuning learned from: where a decoding rule that overrides the model can only tie or lose). `--only-differing`: after phase 1, measure only the tasks
-whose schedules differ between the models (the rest would tie but for noise; the report counts both).
+training tasks (what fine-tuning learned from: where a decoding rule that overrides the model can only tie or
+lose). `--only-differing`: after phase 1, measure only the tasks whose schedules differ between the models (the
+rest would tie but for noise; the report counts both).
 `--keep-schedules FILE` keeps phase 1's schedules; `--schedules-from FILE` re-times the models' schedules such a
 file holds beside this run's, without their checkpoints: how a checkpoint of an earlier sentence version, which
 this code no longer decodes with, is compared with a new one in one run (its schedules written by the code of its

@@ -23,7 +23,8 @@ benchmarks/results/compare_registers_znver4_*): none of the 36 validation schedu
 ones, 1.79x (4 wins: a RegNetY-448 conv 15.8 -> 3.5 ms, a ResNet-50 conv 3.6 -> 1.1; 2 losses: RegNetY-448's stem
 conv 0.71x, and a 64x26219x256 matmul, 0.41x, whose 64 x 64 tile has no inner reduction loop and accumulates in
 L1 rather than in registers); 2 of 22 held-out ones, 1.59x (both wins). A first count without contiguous runs
-(below) changed 10 training schedules, 1.34x, losing 2.5x on two MobileNetV2-128 convs of 4 x 4 maps.
+(registers_needed without the merge) changed 10 training schedules, 1.34x, losing 2.5x on two MobileNetV2-128
+convs of 4 x 4 maps.
 """
 from __future__ import annotations
 
