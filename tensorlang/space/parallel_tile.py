@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from tensorlang.space.sketch_trace import per_sketch, tile_splits
+from tensorlang.space.sketch_trace import earlier_tiles, per_sketch, tile_splits
 
 
 # What a benchmark's cache of generated schedules names this rule by: changed with what the rule keeps
@@ -64,12 +64,8 @@ def parallel_outer(space, point, decisions=(), sketch=None) -> tuple | None:
         return None
     if any(a[2] == "S" for a in point.axes[point.axis + 1:]):  # not the stage's last spatial loop
         return None
-    # The loops around it are its stage's earlier spatial tiles, n each; their factors are the last decisions
-    # made (not the loops' extents: a decoder's point may hold the loops of an earlier replay).
-    if len(point.outer) % point.n:  # other loops around it: no claim
-        return None
-    earlier = decisions[len(decisions) - len(point.outer) // point.n:] if point.outer else ()
-    if any(not isinstance(t, (tuple, list)) or len(t) != point.n for t in earlier):
+    earlier = earlier_tiles(point, decisions)  # the loops around it: its stage's earlier spatial tiles
+    if earlier is None:
         return None
     # a consumer computed at this loop's level-0 part leaves only level 0 to the parallel loop
     levels = 1 if sketch is not None and consumer_levels(space, sketch).get(len(decisions)) == 0 else 2

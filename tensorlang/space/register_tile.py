@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 
+from tensorlang.space.sketch_trace import earlier_tiles
+
 # What a benchmark's cache of generated schedules names this rule by: changed with what the rule keeps.
 RULE = "fitting-register-tile v1"
 
@@ -67,12 +69,8 @@ def fitting_register_tile(space, point, decisions=(), sketch=None) -> tuple | No
         return None
     if not any(a[2] == "R" for a in point.axes):  # no accumulator: nothing stays in registers
         return None
-    # The loops around it are its stage's earlier spatial tiles, n each; their factors are the last decisions
-    # made (as in parallel_tile.parallel_outer).
-    if len(point.outer) % point.n:
-        return None
-    earlier = decisions[len(decisions) - len(point.outer) // point.n:] if point.outer else ()
-    if any(not isinstance(t, (tuple, list)) or len(t) != point.n for t in earlier):
+    earlier = earlier_tiles(point, decisions)  # the loops around it: its stage's earlier spatial tiles
+    if earlier is None:
         return None
     inner, extents = [t[-1] for t in earlier], [math.prod(t) for t in earlier]
     later = math.prod(a[1] for a in point.axes[point.axis + 1:] if a[2] == "S")

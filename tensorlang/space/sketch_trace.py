@@ -7,6 +7,8 @@ know, at a decision, what an earlier one decided (parallel_tile.consumer_levels,
   in replay order, as a point's `decisions` holds them.
 - `tile_splits(insts)`: (tile decision, the loops its Split made) for each Split whose factors a
   SamplePerfectTile sampled.
+- `earlier_tiles(point, decisions)`: at a spatial tile decision of a multi-level tile, the factors of the
+  stage's spatial loops tiled before it.
 
 (Trace variables are matched with same_as: == on a TVM expression builds an expression.)
 """
@@ -49,3 +51,15 @@ def tile_splits(insts) -> list[tuple[int, list]]:
             if d is not None:
                 out.append((d, list(inst.outputs)))
     return out
+
+
+def earlier_tiles(point, decisions) -> tuple | None:
+    """At a tile decision whose enclosing loops are its stage's earlier spatial tiles (n loops each), their
+    factors: the last decisions made -- not the loops' extents, since a decoder's point may hold the loops of an
+    earlier replay. None where other loops are around it (no claim)."""
+    if len(point.outer) % point.n:
+        return None
+    earlier = tuple(decisions[len(decisions) - len(point.outer) // point.n:]) if point.outer else ()
+    if any(not isinstance(t, (tuple, list)) or len(t) != point.n for t in earlier):
+        return None
+    return earlier
