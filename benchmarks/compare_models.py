@@ -2,8 +2,7 @@
 roller's, measured together in one harness run -- the figure that decides which checkpoint ships.
 
     .venv/bin/python benchmarks/compare_models.py CKPT [CKPT ...] [--set heldout|indist|train] [--repeat 5]
-                                                 [--beams 1,4] [--guard on,off] [--vector-tile on,off] [--parallel-tile on,off]
-                                                 [--partial-sums on,off] [--register-tile on,off]
+                                                 [--beams 1,4] [--guard on,off] [--vector-tile on,off] ...
                                                  [--only-differing] [--json benchmarks/results/compare_models.json]
 
 The tasks and the measurement are benchmarks/tlm.py's (phase 1 per policy, then every candidate of the set in
@@ -16,12 +15,10 @@ quality-conditioned one gets its generation token in front): a cheap figure besi
 Choose on `--set indist` (validation tasks); the held-out set is the benchmark's, not a selection set.
 `--beams 1,4` decodes with each model both ways (greedy, and beam search with 4 beams): `NAME@greedy`,
 `NAME@beams4`, the plain `NAME` for the checkpoint's own decoding (its generation_config.json's num_beams).
-`--guard on,off` likewise decodes with and without the repeated-reduction guard (`NAME@noguard`, `NAME@guard`);
-`--vector-tile on,off` with and without the vector-width innermost tile (space/vector_tile.py; `NAME@vector`,
-`NAME@novector`); `--parallel-tile on,off` with and without the parallel outer tile (space/parallel_tile.py;
-`NAME@parallel`, `NAME@noparallel`); `--partial-sums on,off` with and without the unrolled partial sums
-(space/partial_sums.py; `NAME@partials`, `NAME@nopartials`); `--register-tile on,off` with and without the register
-tile within the register file (space/register_tile.py; `NAME@registers`, `NAME@noregisters`). `--set train`: the
+Each decoding rule likewise (lm/decoding_rules.py: `--guard`, `--vector-tile`, `--register-tile`,
+`--single-accumulator`, `--parallel-tile`, `--partial-sums`): `--register-tile on,off` decodes with and without
+the register tile within the register file (space/register_tile.py), named `NAME@registers` and
+`NAME@noregisters` where that differs from the checkpoint's own (the rule's tags). `--set train`: the
 training tasks (what fine-tuning learned from: where a decoding rule that overrides the model can only tie or
 lose). `--only-differing`: after phase 1, measure only the tasks whose schedules differ between the models (the
 rest would tie but for noise; the report counts both).
@@ -47,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import tlm as bench  # noqa: E402  (benchmarks/tlm.py: tasks, phase 1, phase 2, summary)
+from tensorlang.lm.decoding_rules import RULES  # noqa: E402
 
 
 def validation_loss(model_dir) -> dict:
@@ -70,8 +68,7 @@ def validation_loss(model_dir) -> dict:
 
 class Beams:
     """A Generator decoding with `num_beams` beams, 1 = greedy, and its decoding switches (SWITCHES: the
-    repeated-reduction guard, the vector tile, the parallel tile, the partial sums, the register tile) on or off
-    (phase 1 calls `.generate(space)`)."""
+    decoding rules of lm/decoding_rules.py) on or off (phase 1 calls `.generate(space)`)."""
 
     def __init__(self, gen, num_beams: int, switches: dict):
         self.gen, self.num_beams, self.switches = gen, num_beams, switches
@@ -83,10 +80,7 @@ class Beams:
 
 
 # decoding switches: Generator attribute -> (option, tag when on, tag when off)
-SWITCHES = {"guard": ("guard", "@guard", "@noguard"), "vector_tile": ("vector_tile", "@vector", "@novector"),
-            "parallel_tile": ("parallel_tile", "@parallel", "@noparallel"),
-            "partial_sums": ("partial_sums", "@partials", "@nopartials"),
-            "register_tile": ("register_tile", "@registers", "@noregisters")}
+SWITCHES = {r.attr: (r.attr, *r.tags) for r in RULES}
 
 
 def schedules_differ(task, models: list[str], cache) -> bool:
@@ -132,21 +126,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--beams", default=None,
                     help="comma-separated beam counts to decode with (1: greedy; default: each checkpoint's own)")
-    ap.add_argument("--guard", default=None,
-                    help="on,off: decode with the repeated-reduction guard both ways (lm/generate.py; default: each "
-                         "checkpoint's own)")
-    ap.add_argument("--vector-tile", default=None,
-                    help="on,off: decode with the vector-width innermost tile both ways (space/vector_tile.py; "
-                         "default: each checkpoint's own)")
-    ap.add_argument("--parallel-tile", default=None,
-                    help="on,off: decode with the parallel outer tile both ways (space/parallel_tile.py; "
-                         "default: each checkpoint's own)")
-    ap.add_argument("--partial-sums", default=None,
-                    help="on,off: decode with and without the unrolled partial sums (space/partial_sums.py; "
-                         "default: each checkpoint's own)")
-    ap.add_argument("--register-tile", default=None,
-                    help="on,off: decode with and without the register tile within the register file "
-                         "(space/register_tile.py; default: each checkpoint's own)")
+    for r in RULES:
+        ap.add_argument(f"--{r.attr.replace('_', '-')}", default=None,
+                        help=f"on,off: decode with the {r.words} both ways (space/{r.module}.py; default: each "
+                             "checkpoint's own)")
     ap.add_argument("--keep-schedules", metavar="FILE", help="write phase 1's schedules to FILE (default: a "
                     "temporary file), for a later run's --schedules-from")
     ap.add_argument("--schedules-from", metavar="FILE", action="append", default=[],

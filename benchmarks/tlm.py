@@ -187,23 +187,12 @@ def run_stamp(script: str, argv, started: float) -> dict:
 
 
 def decoding(gen, sampled: bool = False) -> str:
-    """A model and how it decodes (`sampled`: and the temperature of its samples; the guard against repeated
-    reductions, space/recompute.py; the vector tile, space/vector_tile.py; the parallel tile's rule,
-    space/parallel_tile.py; the partial sums', space/partial_sums.py; the register tile's, space/register_tile.py):
-    what a cached schedule of it depends on."""
+    """A model and how it decodes (`sampled`: and the temperature of its samples; the decoding rules it has on,
+    each by its RULE, lm/decoding_rules.py): what a cached schedule of it depends on."""
+    from tensorlang.lm.decoding_rules import RULES
     from tensorlang.lm.generate import SAMPLE_TEMPERATURE
     name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
-    name += " no-repeated-reductions" if gen.guard else ""
-    name += " vector-innermost" if getattr(gen, "vector_tile", False) else ""
-    if getattr(gen, "parallel_tile", False):
-        from tensorlang.space.parallel_tile import RULE
-        name += f" {RULE}"
-    if getattr(gen, "partial_sums", False):
-        from tensorlang.space.partial_sums import RULE
-        name += f" {RULE}"
-    if getattr(gen, "register_tile", False):
-        from tensorlang.space.register_tile import RULE
-        name += f" {RULE}"
+    name += "".join(f" {r.cache_name}" for r in RULES if getattr(gen, r.attr, False))
     return f"{name} T={SAMPLE_TEMPERATURE}" if sampled else name
 
 

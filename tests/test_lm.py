@@ -741,7 +741,7 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     monkeypatch.setattr(D, "is_validation", lambda key, fraction=0: key == held)
     init = tmp_path / "pre"
     shutil.copytree(tiny[0] / "pre", init)
-    cfg = M.generation_config(init) | {M.PARALLEL_OUTER: True, M.NO_REPEATED_REDUCTIONS: False}
+    cfg = M.generation_config(init) | {"parallel_outer": True, "no_repeated_reductions": False}
     (init / M.GENERATION_CONFIG).write_text(json.dumps(cfg))
     M.set_generation_beams(init, 2)
     entry = T.train("finetune", tmp_path / "ft", init=init, epochs=4, batch_size=1, save_steps=1000,
@@ -752,8 +752,9 @@ def test_finetune_on_the_top_k_with_a_validation_curve(tiny, corpus, tmp_path, m
     curve = entry["validation_curve"]
     assert [s for s, _ in curve] == [2, 4, 6, 8, 10, 12] and all(x > 0 for _, x in curve)
     assert M.read_card(tmp_path / "ft")["stages"][-1]["validation_curve"] == curve
-    assert (M.generation_parallel_tile(tmp_path / "ft"), M.generation_guard(tmp_path / "ft"),
-            M.generation_beams(tmp_path / "ft"), M.generation_vector_tile(tmp_path / "ft")) == (True, False, 2, False)
+    ft = tmp_path / "ft"
+    assert (M.generation_rule(ft, "parallel_tile"), M.generation_rule(ft, "guard"), M.generation_beams(ft),
+            M.generation_rule(ft, "vector_tile")) == (True, False, 2, False)
 
 
 def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
@@ -764,14 +765,15 @@ def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
 
     from tensorlang.lm import model as M
     from tensorlang.lm import train as T
+    from tensorlang.lm.decoding_rules import RULES
     init = tmp_path / "pre"
     shutil.copytree(tiny[0] / "pre", init)
     (init / M.GENERATION_CONFIG).unlink(missing_ok=True)
     like = tmp_path / "shipped"
     like.mkdir()
-    (like / M.GENERATION_CONFIG).write_text(json.dumps({M.PARALLEL_OUTER: True, M.VECTOR_INNERMOST: True,
-                                                        M.UNROLLED_PARTIAL_SUMS: True,
-                                                        M.FITTING_REGISTER_TILE: True}))
+    (like / M.GENERATION_CONFIG).write_text(json.dumps({"parallel_outer": True, "vector_innermost": True,
+                                                        "unrolled_partial_sums": True, "fitting_register_tile": True,
+                                                        "unrolled_single_accumulator": True}))
     common = dict(init=init, epochs=1, batch_size=4, save_steps=1000, measured_dirs=[corpus / "measured"],
                   pretrain_dirs=[corpus / "pretrain"], split_path=corpus / "split.json", log=lambda *a, **k: None)
     with pytest.raises(ValueError, match="no generation_config.json"):
@@ -780,12 +782,11 @@ def test_finetune_decodes_like_the_checkpoint_named(tiny, corpus, tmp_path):
     entry = T.train("finetune", tmp_path / "ft", decoding_from=like, **common)
     assert entry["decoding_from"] == str(like)
     ft = tmp_path / "ft"
-    assert (M.generation_parallel_tile(ft), M.generation_vector_tile(ft), M.generation_guard(ft),
-            M.generation_partial_sums(ft), M.generation_register_tile(ft)) == (True, True, True, True, True)
-    assert M.decoding_summary(ft) == ("greedy, reduction guard on, vector tile on, parallel tile on, partial sums rule "
-                                      "on, register tile on")
-    assert M.decoding_summary(init) == ("greedy, reduction guard on, vector tile off, parallel tile off, "
-                                        "partial sums rule off, register tile off")
+    assert all(M.generation_rule(ft, r.attr) for r in RULES)
+    assert M.decoding_summary(ft) == ("greedy, reduction guard on, vector tile on, register tile on, single accumulator "
+                                      "rule on, parallel tile on, partial sums rule on")
+    assert M.decoding_summary(init) == ("greedy, reduction guard on, vector tile off, register tile off, single "
+                                        "accumulator rule off, parallel tile off, partial sums rule off")
 
 
 def test_a_checkpoint_of_other_sentences_is_refused(tmp_path):

@@ -79,14 +79,13 @@ def test_the_shipped_model_decodes_with_the_parallel_vector_and_register_tiles(t
     import shutil
 
     from tensorlang.lm import model as M
-    assert M.generation_vector_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
-    assert M.generation_parallel_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
-    assert M.generation_register_tile(ROOT / "tensorlang" / "lm" / "checkpoints" / "default")
+    for attr in ("vector_tile", "parallel_tile", "register_tile"):
+        assert M.generation_rule(M.DEFAULT_DIR, attr)
     ckpt = tmp_path / "ckpt"
     shutil.copytree(ROOT / "tensorlang" / "lm" / "checkpoints" / "default", ckpt)
     cfg = json.loads((ckpt / M.GENERATION_CONFIG).read_text())
-    (ckpt / M.GENERATION_CONFIG).write_text(json.dumps({**cfg, M.VECTOR_INNERMOST: False}))
-    assert not M.generation_vector_tile(ckpt) and M.generation_parallel_tile(ckpt)
+    (ckpt / M.GENERATION_CONFIG).write_text(json.dumps({**cfg, "vector_innermost": False}))
+    assert not M.generation_rule(ckpt, "vector_tile") and M.generation_rule(ckpt, "parallel_tile")
 
 
 def test_the_outer_tile_levels_leave_every_core_work(matmul):

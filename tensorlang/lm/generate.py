@@ -18,17 +18,21 @@ first maximum). Beam search (`num_beams` > 1) keeps the most likely prefixes and
 whole schedule it finds, ties broken the same way. Same space and model -> the same tokens. With `constraints` (space/constraints.py: what a partly written
 schedule fixes), the legal tokens are narrowed to them (`ConstrainedTokens`): the schedule keeps every
 written decision, whatever the model would have chosen.
-One rule narrows the legal tokens further (`guard`, on unless the checkpoint's generation_config.json sets
+Decoding rules narrow the legal tokens further, each switched on by the checkpoint's generation_config.json
+(lm/decoding_rules.py; a written decision still wins). The first (`guard`, on unless the checkpoint sets
 `no_repeated_reductions` false): a reduction is never computed at a site that repeats its work when a site that
-does not is legal (space/recompute.py) -- a written compute_at still wins. MetaSchedule's space offers such
-sites and its search discards them by measuring; one pass cannot, and the model has picked them for softmax
-rows it was not trained on (GPT-2's seq-1024 softmax: 7.8 s against roller's 82 ms).
+does not is legal (space/recompute.py). MetaSchedule's space offers such sites and its search discards them by
+measuring; one pass cannot, and the model has picked them for softmax rows it was not trained on (GPT-2's
+seq-1024 softmax: 7.8 s against roller's 82 ms). The others are heuristics read off measurements: the vector,
+register and parallel tiles, the single-accumulator unroll and the partial sums.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tensorlang.lm.decoding_rules import RULES
 
 # The temperature of `sample`'s candidates after the one-pass one (tlm:K, collect --model, generate --samples).
 # benchmarks/tlm_sampling.py (the shipped model, 28 validation tasks, the 8 candidates of every temperature measured
@@ -164,16 +168,9 @@ class Generator:
         self.ids = S.token_ids()
         self.quality = self.card.get("generation_quality_token")
         self.num_beams = M.generation_beams(self.path)  # the checkpoint's decoding: 1 = greedy
-        # no compute-at site that repeats a reduction's work where one that does not is legal (space/recompute.py)
-        self.guard = M.generation_guard(self.path)
-        # a vector-width multiple as the innermost factor of a stage's last spatial loop (space/vector_tile.py)
-        self.vector_tile = M.generation_vector_tile(self.path)
-        # outer tile levels that give every core work (space/parallel_tile.py)
-        self.parallel_tile = M.generation_parallel_tile(self.path)
-        # an rfactor's strided partial sums at the root unless their loop unrolls (space/partial_sums.py)
-        self.partial_sums = M.generation_partial_sums(self.path)
-        # a multi-level tile's register tile within the vector register file (space/register_tile.py)
-        self.register_tile = M.generation_register_tile(self.path)
+        # the decoding rules the checkpoint switches on (lm/decoding_rules.py): self.guard, self.vector_tile, ...
+        for r in RULES:
+            setattr(self, r.attr, M.generation_rule(self.path, r.attr))
 
     @property
     def name(self) -> str:
@@ -202,18 +199,8 @@ class Generator:
 
     def _start(self, space, constraints=None):
         """Prefill: the prompt plus the forced tokens after it. -> (NextTokens, past, logits, fed ids, stats)"""
-        from tensorlang.space.parallel_tile import parallel_outer
-        from tensorlang.space.partial_sums import unrolled_partial_sums
-        from tensorlang.space.recompute import no_repeated_reduction
-        from tensorlang.space.register_tile import fitting_register_tile
         from tensorlang.space.sentence import NextTokens
-        from tensorlang.space.vector_tile import vector_innermost
-        # applied in this order, each yielding where it would leave nothing (constraints.preferring): the
-        # register tile narrows what the vector tile leaves, and the parallel tile what both leave
-        prefer = [f for f, on in ((no_repeated_reduction, self.guard), (vector_innermost, self.vector_tile),
-                                  (fitting_register_tile, self.register_tile), (parallel_outer, self.parallel_tile),
-                                  (unrolled_partial_sums, self.partial_sums))
-                  if on]
+        prefer = [r.preference() for r in RULES if getattr(self, r.attr)]
         if constraints is not None or prefer:
             from tensorlang.space.constraints import ConstrainedTokens, preferring
             nt = ConstrainedTokens(space, constraints, prefer=preferring(*prefer) if prefer else None)

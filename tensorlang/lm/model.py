@@ -15,6 +15,8 @@ import json
 import re
 from pathlib import Path
 
+from tensorlang.lm import decoding_rules
+
 DEFAULT_DIR = Path(__file__).resolve().parent / "checkpoints" / "default"
 CARD_JSON, CARD_MD = "model_card.json", "README.md"
 N_POSITIONS = 768  # the longest v3/v4 sentence of the corpora is 515 tokens (+ the quality token)
@@ -102,7 +104,7 @@ GENERATION_CONFIG = "generation_config.json"
 
 def generation_config(path: str | Path) -> dict:
     """A checkpoint's generation_config.json ({} where it has none): transformers' fields and this project's
-    decoding switches below."""
+    decoding rules' switches (lm/decoding_rules.py)."""
     p = Path(path) / GENERATION_CONFIG
     return json.loads(p.read_text()) if p.exists() else {}
 
@@ -117,55 +119,11 @@ def generation_beams(path: str | Path) -> int:
     return int(generation_config(path).get("num_beams", 1))
 
 
-# generation_config.json's switch for recompute.no_repeated_reduction (lm/generate.py): on unless a checkpoint
-# says false
-NO_REPEATED_REDUCTIONS = "no_repeated_reductions"
-
-
-def generation_guard(path: str | Path) -> bool:
-    """Whether decoding keeps reductions from being computed more than once (generation_config.json's
-    `no_repeated_reductions`; true where it is not set)."""
-    return bool(generation_config(path).get(NO_REPEATED_REDUCTIONS, True))
-
-
-# generation_config.json's switch for vector_tile.vector_innermost: off unless a checkpoint says true
-VECTOR_INNERMOST = "vector_innermost"
-
-
-def generation_vector_tile(path: str | Path) -> bool:
-    """Whether decoding gives a stage's last spatial loop a vector-width multiple as its innermost factor
-    (generation_config.json's `vector_innermost`; false where it is not set)."""
-    return bool(generation_config(path).get(VECTOR_INNERMOST, False))
-
-
-# generation_config.json's switch for parallel_tile.parallel_outer: off unless a checkpoint says true
-PARALLEL_OUTER = "parallel_outer"
-
-
-def generation_parallel_tile(path: str | Path) -> bool:
-    """Whether decoding keeps a stage's outer tile levels from leaving the cores nothing parallel
-    (generation_config.json's `parallel_outer`; false where it is not set)."""
-    return bool(generation_config(path).get(PARALLEL_OUTER, False))
-
-
-# generation_config.json's switch for partial_sums.unrolled_partial_sums: off unless a checkpoint says true
-UNROLLED_PARTIAL_SUMS = "unrolled_partial_sums"
-
-
-def generation_partial_sums(path: str | Path) -> bool:
-    """Whether decoding leaves an rfactor's strided partial sums at the root unless their loop unrolls
-    (generation_config.json's `unrolled_partial_sums`; false where it is not set)."""
-    return bool(generation_config(path).get(UNROLLED_PARTIAL_SUMS, False))
-
-
-# generation_config.json's switch for register_tile.fitting_register_tile: off unless a checkpoint says true
-FITTING_REGISTER_TILE = "fitting_register_tile"
-
-
-def generation_register_tile(path: str | Path) -> bool:
-    """Whether decoding keeps a multi-level tile's innermost spatial level within the vector register file
-    (generation_config.json's `fitting_register_tile`; false where it is not set)."""
-    return bool(generation_config(path).get(FITTING_REGISTER_TILE, False))
+def generation_rule(path: str | Path, attr: str) -> bool:
+    """Whether the checkpoint decodes with the decoding rule whose Generator attribute is `attr`
+    (lm/decoding_rules.py: its generation_config.json switch, or the rule's default where it is not set)."""
+    r = decoding_rules.rule(attr)
+    return bool(generation_config(path).get(r.key, r.default))
 
 
 def set_generation_beams(path: str | Path, num_beams: int) -> None:
@@ -179,19 +137,15 @@ def set_generation_beams(path: str | Path, num_beams: int) -> None:
 
 
 # the decoding a checkpoint asks for in its generation_config.json: what a model trained from it keeps
-DECODING_SWITCHES = ("num_beams", NO_REPEATED_REDUCTIONS, VECTOR_INNERMOST, PARALLEL_OUTER, UNROLLED_PARTIAL_SUMS,
-                     FITTING_REGISTER_TILE)
+DECODING_SWITCHES = ("num_beams",) + tuple(r.key for r in decoding_rules.RULES)
 
 
 def decoding_summary(path: str | Path) -> str:
-    """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, parallel tile on,
-    partial sums rule on, register tile on'."""
+    """The checkpoint's decoding in words, e.g. 'greedy, reduction guard on, vector tile off, register tile on,
+    ...' (the rules in the order they apply, lm/decoding_rules.py)."""
     beams = generation_beams(path)
-    onoff = lambda b: "on" if b else "off"  # noqa: E731
-    return (f"{'greedy' if beams == 1 else f'{beams} beams'}, reduction guard {onoff(generation_guard(path))}, "
-            f"vector tile {onoff(generation_vector_tile(path))}, parallel tile {onoff(generation_parallel_tile(path))}"
-            f", partial sums rule {onoff(generation_partial_sums(path))}"
-            f", register tile {onoff(generation_register_tile(path))}")
+    return ", ".join([f"{'greedy' if beams == 1 else f'{beams} beams'}"]
+                     + [f"{r.words} {'on' if generation_rule(path, r.attr) else 'off'}" for r in decoding_rules.RULES])
 
 
 def copy_decoding(src: str | Path, dst: str | Path) -> None:

@@ -22,6 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# What a benchmark's cache of generated schedules names this rule by (changed with what the rule keeps).
+RULE = "no-repeated-reductions"
+
 
 def _int(x):
     try:

@@ -22,6 +22,9 @@ conv2d1 2.0 -> 1.1 ms) -- benchmarks/results/compare_vector_v5_znver4_*.json.
 """
 from __future__ import annotations
 
+# What a benchmark's cache of generated schedules names this rule by (changed with what the rule keeps).
+RULE = "vector-innermost"
+
 
 def vector_lanes(space) -> int:
     """The vector width of the space's CPU target in elements of the operator's output type (1: unknown)."""
