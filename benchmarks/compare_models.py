@@ -120,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set", default="heldout", choices=("heldout", "indist", "train"),
                     help="heldout, indist (validation tasks: kept out of training) or train (training tasks)")
     ap.add_argument("--indist", type=int, default=10, help="in-distribution tasks (--set indist or train)")
+    ap.add_argument("--min-flops", type=float, default=1e6,
+                    help="--set indist or train: only operators of more FLOPs (0: all, down to a squeeze-excite "
+                         "conv's few thousand)")
     ap.add_argument("--only-differing", action="store_true",
                     help="measure only the tasks whose one-pass schedules differ between the models (the others "
                          "would tie but for noise); the report counts both")
@@ -162,7 +165,7 @@ def main(argv=None) -> int:
                     raise SystemExit(f"compare: {d} is given twice")
                 gens[name], dirs[name] = Beams(g, nb, switches), d
     tasks = (bench.HELDOUT if args.set == "heldout"
-             else bench.indist_tasks(args.indist, validation=args.set == "indist"))[:args.limit]
+             else bench.indist_tasks(args.indist, validation=args.set == "indist", min_flops=args.min_flops))[:args.limit]
     kept = {}  # policy -> {key: entry}: schedules of earlier runs, re-timed
     for f in args.schedules_from:
         kept_cache = bench.Cache(Path(f))  # refuses another machine's file

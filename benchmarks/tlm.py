@@ -127,10 +127,10 @@ def torch_kind(op) -> str | None:
 
 
 # ------------------------------------------------------------------ tasks
-def indist_tasks(limit: int, validation: bool = True) -> list[tuple[str, str]]:
-    """Validation tasks of the training models (their shape variants after them), one per kind of operator name
-    first, up to `limit`; a key met again in another file is one task. `validation` False: the training tasks
-    instead (those fine-tuning learned from)."""
+def indist_tasks(limit: int, validation: bool = True, min_flops: float = 1e6) -> list[tuple[str, str]]:
+    """Validation tasks of the training models (their shape variants after them) of more than `min_flops`, one
+    per kind of operator name first, up to `limit`; a key met again in another file is one task. `validation`
+    False: the training tasks instead (those fine-tuning learned from)."""
     from tensorlang import api
     from tensorlang.data import split
     from tensorlang.data.collect import op_hash
@@ -146,7 +146,7 @@ def indist_tasks(limit: int, validation: bool = True) -> list[tuple[str, str]]:
             for op in doc.model.ops.values():
                 key = op_hash(op)
                 if key not in seen and key not in heldout and is_validation(key) == validation and op.flops \
-                        and op.flops > 1e6:
+                        and op.flops > min_flops:
                     seen.add(key)
                     found.append((str(f.relative_to(ROOT)), _kind(op.name)))
     out, kinds = [], set()

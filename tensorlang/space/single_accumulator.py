@@ -21,6 +21,18 @@ multi-level tile decided before it has a single accumulator and more than one po
 that unroll S2 (all such tiles' S2), where one does; None elsewhere. A preference for a decoder
 (ConstrainedTokens' `prefer`) like partial_sums', switched on by a checkpoint's generation_config.json
 (lm/decoding_rules.py).
+
+Off in the shipped checkpoint: the step is the whole loop nest's, not S2's alone. With the shipped model it
+changes 6 of the 670 operators of data/workloads*, each from step 64 to 512. Measured on znver4
+(benchmarks/compare_models.py tensorlang/lm/checkpoints/default --single-accumulator on,off --only-differing
+--set heldout, and --set train --indist 2000 --min-flops 0; benchmarks/results/compare_accumulator_znver4_*.json):
+1 of 22 held-out schedules changes, the squeeze conv, 2.33x; 3 of 439 training ones, 0.94x -- a RegNetY conv
+2.3x, a RegNetY-448 squeeze conv 1.0x, and RegNetY's squeeze conv at 7 x 7 0.35x (9.9 -> 28 us): its epilogue,
+computed under the tile (`reverse_compute_at(T_multiply, xx0)`), is 440 channels of sigmoid, and step 512
+unrolls those 440 too (13,110 lines of LLVM IR and 448 calls of exp, against 2,037 lines). (The other two, the
+batch-8 variants of held-out convs, ran 1.2x and 1.7x faster side by side in `tensorlang bench`.) A rule that
+knew what else a step unrolls -- the stages the sketch computes under the tile, with the consumer's broadcast
+axes -- could keep the wins.
 """
 from __future__ import annotations
 
