@@ -529,7 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--metaschedule", type=int, default=0, metavar="N",
                     help="also run MetaSchedule's evolutionary search (N trials) per task and measure its 8 best")
     co.add_argument("--model", metavar="DIR",
-                    help="also measure this tensor-language-model checkpoint's candidates per task (--trials 0: only them)")
+                    help="also measure this tensor-language-model checkpoint's candidates per task (--trials 0: only "
+                         "them); a task whose candidates of this model, decoding and --model-samples are all recorded "
+                         "(model-candidates.done beside the shards) is not decoded again")
     co.add_argument("--model-samples", type=int, default=8, metavar="K",
                     help="the model's distinct candidates per task: its one-pass schedule, then seeded samples (default 8)")
     co.add_argument("--points-from", metavar="DIR",

@@ -314,12 +314,14 @@ def test_rename_machine_rekeys_one_machines_records_and_leaves_the_others(tmp_pa
                       "median_s": 1e-3 * (i + 1), "policy": "random"})
         w.close(compress_open=True)
     (root / "metaschedule-32.done").write_text("t0|llvm|old\nt1|llvm|other\n")
+    (root / "model-candidates.done").write_text("t0|llvm|old|tlm-4x256_v2+ab|beams=1||samples=8|T=0.4\n")
     assert rename_machine(root, "old", "new") == {"renamed": 2, "unchanged": 1, "machine": "new"}
     recs = list(dataset.read(root))
     assert [r["machine"] for r in recs] == ["new", "new", "other"]
     assert [r["host"]["id"] for r in recs] == ["old", "old", "other"]  # what timed them stays said
     assert all(r["key"] == record_key("t0", "llvm", r["machine"], 0, r["decisions"]) for r in recs)
     assert (root / "metaschedule-32.done").read_text() == "t0|llvm|new\nt1|llvm|other\n"
+    assert (root / "model-candidates.done").read_text() == "t0|llvm|new|tlm-4x256_v2+ab|beams=1||samples=8|T=0.4\n"
     assert rename_machine(root, "old", "new")["renamed"] == 0
 
 
@@ -559,13 +561,10 @@ def test_collect_measures_the_points_of_another_dataset(tmp_path):
     assert "'written': 0" in again.stdout and "'skipped': 3" in again.stdout
 
 
-def test_a_task_is_planned_beside_the_last_builds_and_never_beside_a_timing(tmp_path, monkeypatch):
-    """collect draws the next task's candidates while the previous task's builds run (Harness.prepare), and
-    times that batch (Harness.finish) before the next task's builds start: builds and planning overlap,
-    builds and timing never. A fake harness records the order; its records are written all the same."""
+def recording_harness(events: list):
+    """A Harness that builds and times nothing: it records the order of its calls in `events` and gives
+    every candidate 1 ms."""
     from tensorlang.bench import harness as H
-    from tensorlang.data import collect as C
-    events = []
 
     class Recording:
         def __init__(self, rpc=None):
@@ -587,11 +586,45 @@ def test_a_task_is_planned_beside_the_last_builds_and_never_beside_a_timing(tmp_
         def finish(self, candidates, repeat, timeout_s, **kw):
             events.append(f"finish {candidates[0].op_name}")
             return [H.Result(c.name, c.op_name, "llvm", H.OK, times_s=[1e-3]) for c in candidates]
+    return Recording
 
+
+def test_a_rerun_does_not_decode_the_model_candidates_it_recorded(tmp_path, monkeypatch):
+    """collect --model: once a task's model candidates are all recorded, its key (task, target, machine and the
+    model's run: name, version, decoding, samples) is in model-candidates.done, and a rerun does not decode them
+    again; another sample count is another run. A fake harness times them."""
+    from tensorlang.bench import harness as H
+    from tensorlang.data import collect as C
+    from tensorlang.lm import model as M
+    monkeypatch.setenv("TENSORLANG_MEASURE_LOCK", str(tmp_path / "lock"))  # a background collector's is not ours
+    monkeypatch.setattr(H, "Harness", recording_harness([]))
+    decoded = []
+    real = C.model_candidates
+    monkeypatch.setattr(C, "model_candidates", lambda space, *a, **kw: (decoded.append(space.op.name),
+                                                                        real(space, *a, **kw))[1])
+    files = [str(ROOT / "examples" / f) for f in ("matmul.tsched", "softmax.tsched")]
+    first = C.collect(files, "llvm", tmp_path / "d", trials=0, model=M.DEFAULT_DIR, model_samples=2)
+    assert decoded == ["matmul", "softmax"] and first["written"] == 4
+    lines = (tmp_path / "d" / "model-candidates.done").read_text().split()
+    assert len(lines) == 2 and all(x.split("|")[1] == "llvm" and "|samples=2|" in x for x in lines)
+    again = C.collect(files, "llvm", tmp_path / "d", trials=0, model=M.DEFAULT_DIR, model_samples=2)
+    assert decoded == ["matmul", "softmax"] and again["written"] == 0
+    more = C.collect(files, "llvm", tmp_path / "d", trials=0, model=M.DEFAULT_DIR, model_samples=3)
+    assert decoded == ["matmul", "softmax"] * 2 and more["written"] == 2  # the third sample of each
+    assert len((tmp_path / "d" / "model-candidates.done").read_text().split()) == 4
+
+
+def test_a_task_is_planned_beside_the_last_builds_and_never_beside_a_timing(tmp_path, monkeypatch):
+    """collect draws the next task's candidates while the previous task's builds run (Harness.prepare), and
+    times that batch (Harness.finish) before the next task's builds start: builds and planning overlap,
+    builds and timing never. A fake harness records the order; its records are written all the same."""
+    from tensorlang.bench import harness as H
+    from tensorlang.data import collect as C
+    events = []
     real = C.candidates_for
     monkeypatch.setattr(C, "candidates_for", lambda space, *a, **kw: (events.append(f"plan {space.op.name}"),
                                                                       real(space, *a, **kw))[1])
-    monkeypatch.setattr(H, "Harness", Recording)
+    monkeypatch.setattr(H, "Harness", recording_harness(events))
     files = [str(ROOT / "examples" / f) for f in ("matmul.tsched", "softmax.tsched", "dense_gelu.tsched")]
     summary = C.collect(files, "llvm", tmp_path / "d", trials=3, batch=2)
     assert events == ["prestart",

@@ -471,6 +471,7 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
                   "sentence": v1_sentence(spaces["mmpad"], Point(excluded, tuple(bad)))})
         w.close(compress_open=True)
     (root / "metaschedule-32.done").write_text(f"{old_hash}|cpu|m1\n")
+    (root / "model-candidates.done").write_text(f"{old_hash}|cpu|m1|tlm-4x256_v2+ab|beams=1||samples=8|T=0.4\n")
     summary = reencode(root, log=lambda m: None)
     assert (summary["records"], summary["reencoded"], summary["refused"]) == (6, 5, 1)
     assert list(summary["refused_reasons"]) == [f"not a point of space {S.SPACE_VERSION}: sketch {excluded} is not "
@@ -489,6 +490,7 @@ def test_reencode_rekeys_keeps_the_old_keys_and_lists_what_it_cannot(tmp_path):
     assert S.decode(spaces["mm"], pre["sentence"].split()) == (p.sketch, p.decisions)
     assert recs["excluded"]["reencode_error"].startswith("not a point") and "hash_v1" not in recs["excluded"]["task"]
     assert (root / "metaschedule-32.done").read_text() == f"{new_hash}|cpu|m1\n"
+    assert (root / "model-candidates.done").read_text() == f"{new_hash}|cpu|m1|tlm-4x256_v2+ab|beams=1||samples=8|T=0.4\n"
     again = reencode(root, log=lambda m: None)  # nothing left to do but the one it cannot
     assert (again["already_current"], again["reencoded"], again["refused"]) == (5, 0, 1)
     assert {r["key"] for r in dataset.read(root)} == {r["key"] for r in recs.values()}

@@ -165,6 +165,17 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
     return out
 
 
+def model_run(generator, samples: int) -> str:
+    """What a task's model candidates depend on besides the task, as one word for `model-candidates.done`: the
+    model's name and version, its decoding (beams, the rules on), the sample count and temperature. A key of
+    another decoding does not match, so its candidates are decoded again."""
+    from tensorlang.lm.decoding_rules import RULES
+    from tensorlang.lm.generate import SAMPLE_TEMPERATURE
+    rules = ",".join(r.attr for r in RULES if getattr(generator, r.attr, False))
+    return f"{generator.name}|beams={generator.num_beams}|{rules}|samples={samples}|T={SAMPLE_TEMPERATURE}".replace(
+        " ", "_")
+
+
 def model_candidates(space, generator, samples: int, seed: int) -> list:
     """The tensor language model's candidates: its one-pass schedule (greedy or beam search, as its checkpoint
     says), then seeded samples -- up to `samples` distinct legal points (as many as the space holds). Same model,
@@ -230,7 +241,8 @@ class _Batch:
     compiled_for: str
     chunk: list  # (record key, policy, point)
     load_before: float
-    ms_key: str | None  # its task's MetaSchedule search is finished once it is recorded
+    done: tuple  # (a _Done, a key): what is finished once this batch is recorded (its task's search, its
+    # task's model candidates)
     prepared: Any
 
 
@@ -239,8 +251,9 @@ class CollectRefused(Exception):
 
 
 class _Done:
-    """Task keys whose MetaSchedule search is finished (its candidates are in `pending` from then on):
-    an append-only file next to the shards, so a rerun does not search again."""
+    """Task keys whose MetaSchedule search, or whose model candidates, are recorded: an append-only file next
+    to the shards, so a rerun neither searches nor decodes again (`metaschedule-N.done`: the search's candidates
+    are all recorded; `model-candidates.done`: a model's, under `model_run`)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -333,6 +346,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
         elif order != "files":
             raise ValueError(f"unknown task order {order!r}: files, fewest-records or interleave")
         ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
+        model_done = _Done(Path(out_dir) / "model-candidates.done") if generator is not None else None
+        run = model_run(generator, model_samples) if generator is not None else None
         written = skipped = 0
         log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
         def finish(batch: _Batch) -> None:
@@ -368,8 +383,8 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 + (f", best of batch {best * 1e3:.3f} ms" if best else "")
                 + (f" (builds+reference {phases['prepare_s']:.1f} s (reference {phases['reference_s']:.1f} s), check "
                    f"{phases['check_s']:.1f} s, timing {phases['timing_s']:.1f} s)" if "timing_s" in phases else ""))
-            if batch.ms_key is not None:
-                ms_done.add(batch.ms_key)  # every candidate of the search is recorded
+            for done_set, key in batch.done:  # every candidate of the search, or of the model, is recorded
+                done_set.add(key)
 
         # The last batch of a task is checked and timed only after the next task is planned (loaded, its space
         # built, its candidates drawn): that work runs beside the batch's builds, on the cores a build worker
@@ -403,9 +418,12 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 cands, known = candidates_for(space, tkey, trials, lambda sketch, decisions: record_key(
                     tkey, target, machine, sketch, decisions) in out.keys)
                 skipped += known
-                if generator is not None:
+                finished = []  # (a _Done, a key) to mark once this task's candidates are all recorded
+                model_key = f"{tkey}|{target}|{machine}|{run}"
+                if generator is not None and model_key not in model_done.keys:  # else recorded by an earlier run
                     try:
                         cands += model_candidates(space, generator, model_samples, int(tkey, 16) % (1 << 31))
+                        finished.append((model_done, model_key))
                     except Exception as e:  # one task the model cannot decode must not stop the collection
                         log(f"  {task.label}: the model's candidates failed: {type(e).__name__}: {str(e)[:200]}")
                 if recorded is not None:
@@ -421,6 +439,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     log(f"  [{n + 1}/{len(tasks)}] {task.label}: MetaSchedule, {ms_trials} trials")
                     try:
                         cands += metaschedule_candidates(space, ms_trials, ms_top, int(tkey, 16) % (1 << 31), log)
+                        finished.append((ms_done, ms_key))
                     except Exception as e:  # TVM failing on one task must not stop the collection
                         log(f"    MetaSchedule failed: {type(e).__name__}: {str(e)[:200]}")
                 for policy, point in cands:
@@ -433,6 +452,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                 if inflight is not None:  # this task is planned: the previous one's builds may be timed now
                     done, inflight = inflight, None
                     finish(done)
+                if not pending:  # every candidate is recorded already
+                    log(f"  [{n + 1}/{len(tasks)}] {task.label}: nothing new ({len(cands) + known} candidates "
+                        "recorded already)")
+                    for done_set, key in finished:
+                        done_set.add(key)
                 starts = range(0, len(pending), batch)
                 for i in starts:
                     if deadline and time.time() > deadline:
@@ -445,8 +469,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                                 for j, (_, policy, point) in enumerate(chunk)]
                     last = i == starts[-1]
                     current = _Batch(task, f"[{n + 1}/{len(tasks)}] {task.label}", tkey, space, out, compiled_for,
-                                     chunk, os.getloadavg()[0],
-                                     ms_key if last and ms_done is not None and ms_key not in ms_done.keys else None,
+                                     chunk, os.getloadavg()[0], tuple(finished) if last else (),
                                      harness.prepare(measured, joint_builds=joint_builds))
                     if last:
                         inflight = current

@@ -22,7 +22,8 @@ decisions, which v2 encodes from the operator's file alone.
   values, TILE factors / CAT index / LOC site index -- checked in today's space (the space
   changed: excluded sketches, the pipelining rule), and encoded as v2; its key is recomputed and
   the old one kept as `key_v1`;
-- `metaschedule-N.done` lines (`taskhash|target|machine`) are re-keyed through the records.
+- `metaschedule-N.done` lines (`taskhash|target|machine`) are re-keyed through the records, and so are
+  `model-candidates.done`'s (`taskhash|target|machine|model run`).
 
 A record that cannot be re-encoded stays as it was, with `reencode_error` saying why (nothing is
 lost); the summary lists them. The dataset is rewritten beside itself and swapped in at the end
@@ -360,10 +361,10 @@ def reencode(root: str | Path, budget_min: float | None = None, log=print) -> di
     for done in root.glob("*.done"):
         lines = []
         for line in done.read_text().split():
-            h, target, machine = line.split("|")
+            h, target, machine, *rest = line.split("|")  # model-candidates.done: then the model's run
             mapped = hashes.get((h, target, machine))
             if mapped:
-                lines += [f"{n}|{target}|{machine}" for n in sorted(mapped)]
+                lines += ["|".join([n, target, machine, *rest]) for n in sorted(mapped)]
             else:
                 lines.append(line)
                 if not any(k[0] == h for k in hashes) and line not in done_unmapped:

@@ -63,7 +63,8 @@ def _rewrite(root: Path, change, machines: dict) -> tuple[int, int]:
     for done in root.glob("*.done"):
         text = done.read_text()
         for old, to in machines.items():
-            text = text.replace(f"|{old}\n", f"|{to}\n")
+            # `task|target|machine` lines, and model-candidates.done's `task|target|machine|model run`
+            text = text.replace(f"|{old}\n", f"|{to}\n").replace(f"|{old}|", f"|{to}|")
         (new / done.name).write_text(text)
     old = root.with_name(root.name + ".v1")
     root.rename(old)
