@@ -18,7 +18,10 @@ nn0 * ff0 * yy0 * xx0 to run in parallel. The model wrote that with every level-
 one-pass schedules of benchmarks/tlm.py's tasks (znver4): no parallel loop at all, EfficientNet's stem conv
 1.75 ms against MetaSchedule-64's 0.93, a TinyLlama matmul 1.24 against roller's 0.61 ms. Never at the
 cost of the innermost factor, which the model writes first: an innermost factor that no tile with enough
-parallel work has keeps all its tiles (a 14-wide row kept whole as one vector stays unparallelised).
+parallel work has keeps all its tiles (a 14-wide row kept whole as one vector stays unparallelised). And where
+this loop must give the cores their work, never by emptying its inner levels, where a tile that keeps some
+gives enough (v4): with an innermost 1 (no vector multiple of 5969 = 47 x 127) the model chose `[1, 5969, 1,
+1]`, each parallel iteration walking the reduction alone.
 
 A preference for a decoder (ConstrainedTokens' `prefer`), a heuristic like vector_tile's: a checkpoint turns
 it on with generation_config.json `parallel_outer`. The shipped one does: on znver4 (benchmarks/
@@ -27,6 +30,16 @@ them, 4 wins), 8 of 257 training ones (1.74x, 8 wins) and 4 of 22 held-out ones 
 matmul 52 -> 29 ms, EfficientNet's stem conv 1.60 -> 1.21 ms). The first rule (outer two levels always)
 changed 6 training schedules, 1.19x, losing 0.36x on one; with the level-0 case alone, 10, 1.26x, losing
 2.3-2.7x on two 7- and 14-wide RegNet convs that the innermost rule now leaves alone.
+
+v4 (2026-12-07): the 30 synthetic wide matmuls added after that measurement showed v3's blind spot: on all 439
+training tasks (compare_models --parallel-tile on,off --indist 2000 --min-flops 0, benchmarks/results/
+compare_parallel_allsizes_znver4_train.json) v3 changed 22, 1.01x, six wide matmuls of p*q-wide loops 3.7-9x
+slower with `[1, N, 1, 1]`. In the measured corpus such tiles (the last spatial loop's inner levels 1, its outer
+ones split) run at a median 9-16x their task's best at every extent, the best of 7 of 295 tasks. v4 against v3,
+both decoded by the shipped model, each pair timed side by side (znver4): 14 of 670 operators change, all faster
+-- 7 training wide matmuls 4.56x, 1 validation one 7.0x, 6 held-out depthwise convs (EfficientNet's and their
+batch-8 variants) 2.69x. Applied also where earlier loops already gave the cores work, it changed 23 and lost
+0.4-0.6x on five MobileNetV2/RegNetY convs.
 """
 from __future__ import annotations
 
@@ -37,8 +50,8 @@ from tensorlang.space.sketch_trace import earlier_tiles, per_sketch, tile_splits
 
 # What a benchmark's cache of generated schedules names this rule by: changed with what the rule keeps
 # (v2: only the outermost level where the sketch computes a consumer at level 0; v3: an innermost factor
-# without a parallel tile keeps its tiles).
-RULE = "parallel-outer v3"
+# without a parallel tile keeps its tiles; v4: the inner levels are not emptied for the parallel ones).
+RULE = "parallel-outer v4"
 
 
 @per_sketch
@@ -72,6 +85,11 @@ def parallel_outer(space, point, decisions=(), sketch=None) -> tuple | None:
     before = math.prod(math.prod(t[:levels]) for t in earlier)
     cores = target_cpu(space.target.params).cores
     enough = {f for f in point.domain if before * math.prod(f[:levels]) >= cores}
+    # Where this loop must give the cores their work, not by emptying its inner levels, where a tile that does
+    # not gives enough: with an innermost 1 the model put a whole 5969-wide loop in the parallel level
+    # ([1, 5969, 1, 1]), each iteration walking the reduction alone, 4x slower than [47, 1, 127, 1].
+    if before < cores:
+        enough = {f for f in enough if math.prod(f[levels:]) > 1} or enough
     # Never at the cost of the innermost (vectorised) factor, which a decoder writes first: an innermost
     # factor that no tile with parallel work has keeps its tiles. Forcing xx0 >= 2 on a 14-wide xx made the
     # model give up its 14-wide vector for [2, 1, 7, 1]: 2.3x slower on a MobileNet depthwise conv.
