@@ -40,3 +40,19 @@ def neovim() -> str:
     if r.returncode != 0 or not found:
         pytest.skip(f"apt-get could not install neovim: {r.stderr.strip()[-300:]}")
     return found
+
+
+def random_point(space, prefer=None, seed: int = 0, cons=None):
+    """A point decoded token by token through ConstrainedTokens, each legal token chosen at random (seeded):
+    what a decoder with the preference `prefer` (and the constraints `cons`) can write."""
+    import random
+
+    from tensorlang.space import constraints as C
+    dec = C.ConstrainedTokens(space, cons, prefer=prefer)
+    rng = random.Random(seed)
+    try:
+        while not dec.done:
+            dec.push(rng.choice(sorted(dec.allowed())))
+        return dec.finish()
+    finally:
+        dec.close()

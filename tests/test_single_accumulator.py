@@ -2,18 +2,16 @@
 level is one point gets an unroll step that unrolls the spatial loops around its inner reduction, where one
 does; other tiles keep every step."""
 import math
-import random
 import re
 
 import pytest
 
 from tensorlang import api
-from tensorlang.space import constraints as C
 from tensorlang.space.single_accumulator import (single_accumulator_region, unroll_facts,
                                                  unrolled_single_accumulator)
 from tensorlang.space.space import CATEGORICAL, TILE, Space
 
-from conftest import ROOT
+from conftest import ROOT, random_point
 
 # EfficientNet-B0's squeeze-excite reduce conv (144 -> 6 channels on a 1 x 1 map), a held-out task
 SE_CONV = ROOT / "data" / "workloads" / "efficientnet-b0" / "fused_conv2d12_add15_tir_sigmoid8_multiply12.tsched"
@@ -94,14 +92,7 @@ def test_random_walks_with_the_rule_unroll_every_single_accumulator_they_can(se_
     _, space = se_conv
     met = 0
     for seed in range(40):
-        dec = C.ConstrainedTokens(space, None, prefer=unrolled_single_accumulator)
-        rng = random.Random(seed)
-        try:
-            while not dec.done:
-                dec.push(rng.choice(sorted(dec.allowed())))
-            point = dec.finish()
-        finally:
-            dec.close()
+        point = random_point(space, unrolled_single_accumulator, seed)
         facts = unroll_facts(space, point.sketch)
         if facts is None or not facts.tiles:
             continue

@@ -3,7 +3,6 @@ tile of a stage's last spatial loop gets an innermost factor the vector units ca
 one --, the parallel outer tile (space/parallel_tile.py) and the register tile within the register file
 (space/register_tile.py); written splits win over all three; other loops are left to the model."""
 import math
-import random
 import re
 
 import pytest
@@ -14,7 +13,7 @@ from tensorlang.space import constraints as C
 from tensorlang.space.space import TILE, Space
 from tensorlang.space.vector_tile import vector_innermost, vector_lanes
 
-from conftest import ROOT
+from conftest import ROOT, random_point
 
 MATMUL = ROOT / "examples" / "matmul.tsched"
 
@@ -27,14 +26,7 @@ def matmul():
 
 def walk(space, prefer, seed, cons=None):
     """Random decoding through ConstrainedTokens; -> (point, {tile decision's subject: (decision point, factors)})."""
-    dec = C.ConstrainedTokens(space, cons, prefer=prefer)
-    rng = random.Random(seed)
-    try:
-        while not dec.done:
-            dec.push(rng.choice(sorted(dec.allowed())))
-        point = dec.finish()
-    finally:
-        dec.close()
+    point = random_point(space, prefer, seed, cons)
     tiles = {}
 
     def choose(p, prefix):
