@@ -88,7 +88,8 @@ def test_no_preference_where_no_step_unrolls_s2():
 
 def test_random_walks_with_the_rule_unroll_every_single_accumulator_they_can(se_conv):
     """Decoding through ConstrainedTokens with the preference: wherever a walk's tile has one accumulator and
-    a step can unroll S2, its step does (and the walks did meet such tiles)."""
+    a step can unroll S2, its step does (and the walks did meet such tiles). The squeeze conv's sigmoid-multiply
+    epilogue is 6 channels of one point, which every step but 0 unrolls: no step is refused for it.
     _, space = se_conv
     met = 0
     for seed in range(40):
@@ -137,3 +138,34 @@ def test_the_shipped_model_unrolls_the_squeeze_convs_single_accumulator(se_conv)
     assert not low.diagnostics and low.policy == "schedule"
     result = api.run_lowered(low, repeat=1)
     assert result.ok and result.max_rel < 1e-4, result
+
+
+# RegNetY's squeeze-excite expand conv (110 -> 440 channels, a sigmoid-multiply epilogue), at 224 and 448 pixels
+REGNETY_SE = {7: ROOT / "data" / "workloads" / "regnety-400mf" / "fused_conv2d28_add24_tir_sigmoid3_multiply8.tsched",
+              14: ROOT / "data" / "workloads-variants" / "regnety-400mf-image448"
+              / "fused_conv2d28_add24_tir_sigmoid3_multiply8.tsched"}
+
+
+@pytest.mark.parametrize("side, sketch, kept", [
+    (7, 0, (3,)),  # the epilogue is a nest of its own: 512 unrolls nothing more of it than 64
+    (7, 1, (3,)),  # at xx1, 8 channels x 49: its 8-channel loop unrolls at 64 already
+    (7, 2, None),  # at xx0, all 440 channels x 49: 512 unrolls the 440-channel loop, 64 does not
+    (14, 2, (3,)),  # at xx0, 440 channels x 14 rows: past 512 too
+    (14, 1, None),  # at xx1, 8 channels x 14 rows: 64 unrolls the rows, 512 the channels as well
+])
+def test_a_step_that_also_unrolls_more_of_the_epilogue_is_not_kept(side, sketch, kept):
+    """The conv tiled as the shipped model tiles it (ff = [1, 55, 8, 1], rc = [1, 52]: 8 x 52 = 416 steps, which
+    only 512 unrolls), its epilogue (a side x side map per channel, vectorised along a row or the whole map)
+    where each sketch computes it."""
+    doc = api.load(REGNETY_SE[side])
+    name = next(iter(doc.model.ops))
+    space = Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets[next(iter(doc.model.targets))])
+    seen = {}
+
+    def choose(p, made):
+        if p.kind == TILE:
+            return {1: (1, 55, 8, 1), 4: (1, 52)}.get(len(made), p.domain[0])
+        seen["kept"] = unrolled_single_accumulator(space, p, tuple(made), sketch)
+        return p.domain[-1]
+    space.replay(sketch, choose, convert=False)
+    assert seen["kept"] == kept
