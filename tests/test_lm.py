@@ -656,7 +656,7 @@ def test_editor_generation_keeps_what_is_written_and_names_the_model(tiny, monke
     their decisions and starts with them (so the completion continues them); the model is named."""
     from tensorlang.lm import generate as G
     from tensorlang.lm import model as M
-    from tensorlang.lsp import worker as W
+    from tensorlang.lsp import tvm_worker as W
     from tensorlang.parser import parse
     monkeypatch.setattr(M, "DEFAULT_DIR", tiny[0] / "fine")
     G._DEFAULT.clear()

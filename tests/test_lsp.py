@@ -521,7 +521,7 @@ async def test_measure_this_schedule(client: LanguageClient):
 # --------------------------------------------------- generated schedules
 def _generated_text() -> tuple[str | None, str]:
     from tensorlang import baselines
-    from tensorlang.lsp.worker import EDITOR_POLICY  # what `auto` means in the server's workers
+    from tensorlang.lsp.tvm_worker import EDITOR_POLICY  # what `auto` means in the server's workers
     doc = api.load(EX / "auto.tsched")
     gen = baselines.generate(EDITOR_POLICY, doc.primfunc("layernorm"), doc.model.ops["layernorm"],
                              doc.model.targets["llvm"])

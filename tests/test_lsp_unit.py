@@ -18,11 +18,11 @@ from lsprotocol import types as T
 from tensorlang import api, baselines
 from tensorlang.lsp import features as F
 from tensorlang.lsp import server as S
-from tensorlang.lsp import worker as W
+from tensorlang.lsp import tvm_worker as W
 from tensorlang.lsp.analysis import Analysis
 from tensorlang.lsp.incremental import IncrementalParser
 from tensorlang.lsp.text import LineIndex
-from tensorlang.lsp.workers import Worker, WorkerError
+from tensorlang.lsp.worker_queue import Worker, WorkerError
 from tensorlang.parser import format_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +241,7 @@ def test_server_start_up_does_not_import_tvm():
 
 
 def test_core_modules_do_not_import_pygls():
-    code = "import sys, tensorlang.api, tensorlang.cli, tensorlang.lsp.worker; print('pygls' in sys.modules)"
+    code = "import sys, tensorlang.api, tensorlang.cli, tensorlang.lsp.tvm_worker; print('pygls' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False"], out.stderr
 

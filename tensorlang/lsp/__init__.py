@@ -6,8 +6,9 @@ Layout:
 - `analysis`: one document version: its checked model and an index of names (definitions, references,
   token kinds), and the cursor context for completion. No pygls, no TVM;
 - `features`: the LSP answers built from an analysis (lsprotocol types);
-- `worker`, `workers`: the TVM side (legality, loop names after statements, generated schedules,
-  lowering, measuring) runs in worker processes, driven from the server by a small priority queue;
+- `tvm_worker`: the TVM side (legality, loop names after statements, generated schedules, lowering,
+  measuring), the program of the worker processes (`python -m tensorlang.lsp.tvm_worker`);
+- `worker_queue`: the server's side of those processes: a small priority queue of jobs per worker;
 - `server`: the pygls server, started by `tensorlang lsp` (`main()`).
 
 Only this package imports pygls/lsprotocol; everything it shows comes from the core (`tensorlang.api`,

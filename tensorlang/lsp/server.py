@@ -2,7 +2,7 @@
 
 The main loop parses and checks (`incremental` + `check_module`, the same as `api.check(doc,
 legality=False)`) and answers from that; it never imports TVM. Everything that needs TVM runs in
-worker processes (`workers.Worker`): legality (`api.check_schedule` per schedule), the loop and stage
+worker processes (`worker_queue.Worker`): legality (`api.check_schedule` per schedule), the loop and stage
 names after the statements above a cursor (`apply_schedule(..., upto_line)`), generated schedules
 (`baselines.generate`), and -- in a second worker, so that they do not hold up the editor -- lowering
 (`api.lower_op` + `lower.build.emit`) and measuring (`api.lower_op` + `api.run_lowered`).
@@ -40,7 +40,7 @@ from tensorlang.diagnostics import error, sort_diagnostics
 from tensorlang.lsp import features as F
 from tensorlang.lsp.analysis import Analysis, Occ
 from tensorlang.lsp.incremental import IncrementalParser, shift
-from tensorlang.lsp.workers import BACKGROUND, GENERATE, INTERACTIVE, LEGALITY, Worker, WorkerError
+from tensorlang.lsp.worker_queue import BACKGROUND, GENERATE, INTERACTIVE, LEGALITY, Worker, WorkerError
 from tensorlang.parser import ast as A
 from tensorlang.parser.printer import format_stmt
 

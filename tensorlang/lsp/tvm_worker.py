@@ -1,6 +1,6 @@
-"""The language server's TVM side, run as a worker process: `python -m tensorlang.lsp.worker`.
+"""The language server's TVM side, run as a worker process: `python -m tensorlang.lsp.tvm_worker`.
 
-The server never imports TVM; it sends jobs here (see `workers.Worker`) and gets plain data back.
+The server never imports TVM; it sends jobs here (see `worker_queue.Worker`) and gets plain data back.
 Each job is one function of this module, called with pickled arguments. Frames on the pipes are an
 8-byte little-endian length and a pickle:
 

@@ -150,7 +150,7 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tensorlang.lsp.worker", stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "tensorlang.lsp.tvm_worker", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=None, env=env, limit=1 << 26)
         self.started += 1
         log.info("worker %s started (pid %s)", self.name, self._proc.pid)
