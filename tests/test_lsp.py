@@ -309,6 +309,15 @@ async def test_hover_op_stage_loop_and_schedule(client: LanguageClient):
     assert "reorder(*loops)" in text and "for i0 in 16" in text  # the loop nest after the statement
 
 
+
+async def test_hover_on_an_unroll_pragma_says_what_the_build_unrolls(client: LanguageClient):
+    text = MATMUL.replace("    parallel(i0)\n", '    parallel(i0)\n    annotate(i0, "pragma_auto_unroll_max_step", 64)\n', 1)
+    uri = open_doc(client, "unroll", text)
+    shown = await hover_text(client, uri, at(text, 'annotate(i0, "pragma_auto_unroll_max_step", 64)', 1))
+    assert "annotate(" in shown and "at build, step 64 unrolls " in shown and " statements" in shown
+    shown = await hover_text(client, uri, at(text, "parallel(i0)", 1))
+    assert "at build" not in shown  # only the pragma's own line says it
+
 # --------------------------------------------------------- format, symbols
 async def test_formatting_is_tensorlang_fmt(client: LanguageClient):
     messy = MATMUL.replace("    parallel(i0)", "parallel( i0 )").replace(

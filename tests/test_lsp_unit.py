@@ -275,6 +275,35 @@ def test_worker_schedule_state_names_after_a_line():
     assert "unknown loop 'nope'" in state["resolved"]["nope"]["error"]
 
 
+
+UNROLLED = BASE.replace("@auto\n", "") + """schedule matmul on cpu {
+    i0, i1 = split(C.i, [None, 4])
+    j0, j1 = split(C.j, [None, 16])
+    k0, k1 = split(C.k, [None, 4])
+    reorder(i0, j0, k0, k1, i1, j1)
+    parallel(i0)
+    vectorize(j1)
+    annotate(j0, "pragma_auto_unroll_max_step", STEP)
+    C_init = decompose_reduction(C, k0)
+}
+"""
+
+
+@pytest.mark.parametrize("step, unrolled, statements, left", [
+    # the init nest: 4 rows of one 16-wide vector store; k1 x i1: 4 x 4 vector steps fit 16, k0 x 16 do not
+    (16, [("C_init.i_1_init", 4), ("i1", 4), ("k1", 4)], 4 + 16,
+     [("k0", 16, "16 x 16 steps > 16"), ("j0", 4, "a loop inside it stays a loop")]),
+    # at 512 k0 unrolls too (16 x 16 = 256); j0 would make 4 x 260
+    (512, [("C_init.i_1_init", 4), ("i1", 4), ("k1", 4), ("k0", 16)], 4 + 256, [("j0", 4, "4 x 260 steps > 512")]),
+])
+def test_worker_unroll_report_names_what_the_build_unrolls(step, unrolled, statements, left):
+    doc = api.load_text(UNROLLED.replace("STEP", str(step)))
+    assert not doc.diagnostics
+    report = W.unroll_report(doc.model.ops["matmul"], doc.model.schedule_for("matmul", "cpu"))
+    assert report == [{"step": step, "unrolled": unrolled, "statements": statements, "left": left}]
+    text = F.unroll_text(report)
+    assert text.startswith(f"at build, step {step} unrolls `C_init.i_1_init` (4), ") and f": {statements} statements" in text
+
 # -------------------------------------------------------------------- fuzz
 PIECES = ["(", ")", "[", "]", "{", "}", ",", "=", ".", ":", "+=", "split", "fuse", "bind", "C.i", "AS.", "i0",
           "threadIdx.x", "\n", "    ", "# c", '"', "@auto", "op ", "schedule ", "target ", "on", "3", "None",

@@ -76,3 +76,23 @@ def test_a_step_given_replaces_every_pragmas_step():
     every = set().union(*(lp.blocks for lp in plan))
     assert unrolled_elsewhere(mod["main"], 512, set()) == {(i, lp.name) for i, lp in enumerate(plan) if lp.unrolled}
     assert unrolled_elsewhere(mod["main"], 512, every) == frozenset()
+
+
+@pytest.mark.parametrize("step", [16, 64, 512])
+def test_a_hand_written_schedule_with_the_init_in_its_block(step):
+    """examples/matmul.tsched's CPU schedule (no decompose_reduction: the init is an `if` in the block, two
+    statements a step) with an unroll pragma on its parallel loop."""
+    from types import SimpleNamespace
+
+    from tensorlang.lower.schedule import apply_schedule
+    from tensorlang.lower.targets import tvm_target
+    text = OPERATORS[0].read_text().replace(
+        "    parallel(i0)\n", f'    parallel(i0)\n    annotate(i0, "pragma_auto_unroll_max_step", {step})\n', 1)
+    doc = api.load_text(text)
+    op = doc.model.ops["matmul"]
+    applied = apply_schedule(doc.primfunc("matmul"), op, doc.model.schedule_for("matmul", "cpu"))
+    assert not applied.diags
+    mod = applied.sch.mod
+    planned = collections.Counter(lp.name for lp in unroll_plan(mod["main"]) if not lp.unrolled)
+    assert planned == loops_tvm_leaves(SimpleNamespace(tvm_target=tvm_target(doc.model.targets["cpu"])), mod)
+    assert (planned["k_1"] == 0) == (step >= 8)  # k1 (4) x its 2 statements

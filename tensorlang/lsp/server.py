@@ -318,6 +318,23 @@ class TensorlangServer(LanguageServer):
             log.warning("schedule state unavailable: %s", e)
             return None
 
+    async def unroll_report(self, an: Analysis, op: str, stmts: tuple, timeout: float = STATE_WAIT_S) -> list | None:
+        """The worker's `unroll_report` of a whole schedule of `op` (what the build unrolls), or None."""
+        op_model = an.model.ops.get(op or "")
+        if op_model is None:
+            return None
+        key = ("unroll", op_model.ast, tuple(stmts))
+        hit = self.state_cache.get(key)
+        if hit is not None:
+            return hit
+        try:
+            return await self.analysis_worker.call(
+                "unroll_report", op_model, A.Schedule(op, "", tuple(stmts)), priority=INTERACTIVE, key=key,
+                timeout=timeout, on_result=functools.partial(self.state_cache.put, key))
+        except (asyncio.TimeoutError, WorkerError) as e:
+            log.warning("unroll report unavailable: %s", e)
+            return None
+
     async def generation(self, an: Analysis, op: str, target: str, timeout: float = GENERATE_WAIT_S,
                          written: tuple = ()) -> dict | None:
         """`baselines.generate("auto", ...)` for an operator and target (worker), or None. `written`: the
@@ -820,6 +837,9 @@ async def _schedule_ref_hover(ls: TensorlangServer, an: Analysis, occ: Occ) -> s
         if state is not None:
             note = "" if state["ok"] else f"\n\n(stopped: {state['error'].message})"
             text += f"\n\nloop nest after line {stmt.span.line}:\n```\n{state['tree']}\n```{note}"
+        if "pragma_auto_unroll_max_step" in an.index.line(stmt.span.line - 1):
+            unrolls = F.unroll_text(await ls.unroll_report(an, sched.op, sched.stmts))
+            text += f"\n\n{unrolls}" if unrolls else ""
         return text
     # a name: the state before the statement, or after it for the names it binds
     upto = sched.stmts[:occ.stmt + 1] if occ.bound_by_stmt else sched.stmts[:occ.stmt]

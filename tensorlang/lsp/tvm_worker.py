@@ -165,6 +165,19 @@ def schedule_state(op_model, schedule: A.Schedule, upto_line: int | None, resolv
             "bound_loops": [n for n in env.loops], "bound_stages": [n for n in env.stages]}
 
 
+def unroll_report(op_model, schedule: A.Schedule) -> list | None:
+    """What TVM's build unrolls under the schedule's unroll pragmas (space/unroll_loop.unroll_report), its loops
+    by the names the schedule gave them; None where the schedule stops with an error."""
+    from tensorlang.lower.schedule import apply_schedule
+    from tensorlang.lower.show import LoopInfo, loop_tree
+    from tensorlang.space.unroll_loop import unroll_report as report
+    applied = apply_schedule(primfunc_of_model(op_model), op_model, schedule)
+    if any(d.severity == "error" for d in applied.diags):
+        return None
+    names = {it.tvm_name: it.name for it in loop_tree(applied.sch, applied.env) if isinstance(it, LoopInfo)}
+    return report(applied.sch.mod["main"], names)
+
+
 def generate_schedule(doc: api.Document, op: str, target: str, written: tuple = ()) -> dict:
     """`tensorlang.baselines.generate(EDITOR_POLICY, doc.primfunc(op), op_model, target_model)`, as plain data.
     `written`: the statements already in the block (the model keeps their decisions). `schedule_text` is
@@ -243,8 +256,8 @@ def crash() -> None:  # used by the tests: a worker that dies mid-job
     os._exit(3)
 
 
-JOBS = {f.__name__: f for f in (warmup, warmup_generation, legality, space_hint, schedule_state, generate, lower,
-                                 measure, crash)}
+JOBS = {f.__name__: f for f in (warmup, warmup_generation, legality, space_hint, schedule_state, unroll_report,
+                                 generate, lower, measure, crash)}
 
 
 # ------------------------------------------------------------------ main

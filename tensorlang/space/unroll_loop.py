@@ -25,6 +25,10 @@ class PlannedLoop:
     extent: int
     blocks: frozenset[str]  # the blocks it encloses
     unrolled: bool
+    body_steps: int = 0  # the statements of its body, what is inside it unrolled
+    step: int = 0  # the unroll step in force (0: outside any pragma)
+    kind: str = "serial"  # as the pass sees it: a vectorised loop that is scalarised is serial
+    inner_loop: bool = False  # a loop inside it stays a loop (so it cannot unroll)
 
 
 class _Unroller:
@@ -36,6 +40,7 @@ class _Unroller:
         self.max_step = 0  # outside any pragma TVM's default: nothing but an `unroll` loop unrolls
         self.steps = self.unroll_depth = self.normal_depth = 0
         self.loops: list[PlannedLoop] = []
+        self.nests: list[tuple[int, int, int]] = []  # per pragma: (its step, first loop, end) in self.loops
 
     def visit(self, stmt) -> frozenset[str]:
         """Visit a statement; the names of the blocks in it."""
@@ -70,11 +75,18 @@ class _Unroller:
         return blocks
 
     def _for(self, loop) -> frozenset[str]:
-        from tensorlang.lower.tir import loop_kind
         pragma = loop.annotations.get("pragma_auto_unroll_max_step") if loop.annotations else None
-        outer = self.max_step
+        outer, first = self.max_step, len(self.loops)
         if pragma is not None:  # lowered to an AttrStmt around the loop: the loop itself is in its scope
             self.max_step = self.step if self.step is not None else int(pragma)
+        blocks = self._loop(loop)
+        if pragma is not None:
+            self.nests.append((self.max_step, first, len(self.loops)))
+        self.max_step = outer
+        return blocks
+
+    def _loop(self, loop) -> frozenset[str]:
+        from tensorlang.lower.tir import loop_kind
         blocks = self.visit(loop.body)
         kind = loop_kind(loop)
         extent = int(loop.extent) if hasattr(loop.extent, "value") else -1
@@ -82,17 +94,16 @@ class _Unroller:
         if kind == "vectorized" and _scalarized(loop):
             kind, name = "serial", name + ".s"  # as VectorizeLoop names it
         if kind == "vectorized" or extent == 1:  # gone by the time UnrollLoop runs
-            self.max_step = outer
             return blocks
         auto = (kind == "serial" and extent >= 0 and self.normal_depth == 0 and self.unroll_depth <= _MAX_DEPTH
                 and extent * self.steps <= self.max_step) or kind == "unrolled"
+        planned = PlannedLoop(name, extent, blocks, auto, self.steps, self.max_step, kind, self.normal_depth > 0)
         if auto:
             self.steps *= extent
             self.unroll_depth += 1
         else:
             self.normal_depth += 1
-        self.loops.append(PlannedLoop(name, extent, blocks, auto))
-        self.max_step = outer
+        self.loops.append(planned)
         return blocks
 
 
@@ -138,6 +149,35 @@ def unroll_plan(func, step: int | None = None) -> tuple[PlannedLoop, ...]:
     unroller = _Unroller(step)
     unroller.visit(func.body)
     return tuple(unroller.loops)
+
+
+def unroll_report(func, names: dict | None = None) -> list[dict]:
+    """What the build unrolls under each unroll pragma of a scheduled function, for a reader: per pragma'd
+    nest its step, the loops it unrolls, the statements that makes (each outermost unrolled loop's extent times
+    its body's), and the loops it leaves, each with why. `names`: TVM loop name -> the name a schedule gave it."""
+    unroller = _Unroller(None)
+    unroller.visit(func.body)
+
+    def shown(lp: PlannedLoop) -> str:
+        base = lp.name.removesuffix(".s")
+        return (names or {}).get(base, base) + (" (scalarised)" if lp.name.endswith(".s") else "")
+
+    def why(lp: PlannedLoop) -> str:
+        if lp.kind != "serial":
+            return lp.kind
+        if lp.inner_loop:
+            return "a loop inside it stays a loop"
+        return f"{lp.extent} x {lp.body_steps} steps > {lp.step}"
+    report = []
+    for step, first, end in unroller.nests:
+        nest = unroller.loops[first:end]  # innermost first: a loop comes after every loop inside it
+        outermost = [lp for k, lp in enumerate(nest) if lp.unrolled
+                     and not any(o.unrolled and lp.blocks <= o.blocks for o in nest[k + 1:])]
+        report.append({"step": step,
+                       "unrolled": [(shown(lp), lp.extent) for lp in nest if lp.unrolled],
+                       "statements": sum(lp.extent * lp.body_steps for lp in outermost),
+                       "left": [(shown(lp), lp.extent, why(lp)) for lp in nest if not lp.unrolled]})
+    return report
 
 
 def unrolled_elsewhere(func, step: int, blocks: set[str]) -> frozenset[tuple[int, str]]:
