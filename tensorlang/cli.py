@@ -459,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("file")
     lo.add_argument("--target", required=True, help="a target declared in the file, or llvm / cuda")
     lo.add_argument("--op", help="one operator (default: all)")
-    lo.add_argument("--emit", default="tir", choices=["tir", "cuda", "ptx", "llvm", "so"])
+    lo.add_argument("--emit", default="tir", choices=["tir", "cuda", "ptx", "llvm", "so", "unroll"],
+                    help="unroll: what the build unrolls under each unroll pragma, and why the other loops stay")
     lo.add_argument("--policy", help="generate the schedule with this policy instead of the written one")
     lo.add_argument("-o", "--output", help="write here instead of stdout (a directory for several .so)")
     lo.set_defaults(func=cmd_lower)

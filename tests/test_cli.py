@@ -75,6 +75,21 @@ def test_lower_tir_and_llvm_and_so(tmp_path):
     assert r.returncode == 0 and so.stat().st_size > 1000
 
 
+def test_lower_emit_unroll_reports_what_the_build_unrolls():
+    """benchmarks/squeeze_conv_unroll.tsched: the held-out squeeze conv's one-accumulator tile at steps 64 and
+    512 (what tests/test_unroll_loop.py checks against TVM's own lowering, in words)."""
+    bench = EX.parent / "benchmarks" / "squeeze_conv_unroll.tsched"
+    r = run("lower", bench, "--target", "cpu", "--op", "one_acc_64", "--emit", "unroll")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1] == ("at build, step 64 unrolls ff_2_init (6), rc_1 (48): 54 statements; "
+                                        "leaves ff_2 (6: 6 x 48 steps > 64), rc_0 (3: a loop inside it stays a loop)")
+    r = run("lower", bench, "--target", "cpu", "--op", "one_acc_512", "--emit", "unroll")
+    assert r.stdout.splitlines()[1] == ("at build, step 512 unrolls ff_2_init (6), rc_1 (48), ff_2 (6): 294 "
+                                        "statements; leaves rc_0 (3: 3 x 288 steps > 512)")
+    r = run("lower", EX / "matmul.tsched", "--target", "cpu", "--emit", "unroll")
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == "no unroll pragma"
+
+
 def test_lower_gpu_without_schedule_lists_targets():
     r = run("lower", EX / "matmul.tsched", "--target", "cuda")
     assert r.returncode == 1

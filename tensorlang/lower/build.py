@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-EMITS = ("tir", "cuda", "ptx", "llvm", "so")
+EMITS = ("tir", "cuda", "ptx", "llvm", "so", "unroll")
 
 
 class BuildError(Exception):
@@ -78,6 +78,9 @@ def emit(sch_mod, target, kind: str, is_gpu: bool, out: str | None = None) -> st
     """The requested artefact as text (or the path written, for `so`)."""
     if kind == "tir":
         return sch_mod.script()
+    if kind == "unroll":  # what the build will unroll, without building (TVM's loop names)
+        from tensorlang.space.unroll_loop import report_text, unroll_report
+        return report_text(unroll_report(sch_mod["main"])) or "no unroll pragma"
     lib = compile_module(sch_mod, target)
     if kind == "cuda":
         if not is_gpu:

@@ -470,20 +470,10 @@ def primitive_hover(name: str) -> str | None:
     return f"```tsched\n{sig.label()}{ret}\n```\n\n{sig.doc}"
 
 
-def unroll_text(report: list | None, most: int = 6) -> str | None:
-    """The worker's unroll report (space/unroll_loop.unroll_report) as hover text: per unroll pragma, what the
-    build unrolls, the statements that makes, and the loops it leaves with why."""
-    if not report:
-        return None
-    parts = []
-    for nest in report:
-        unrolled = ", ".join(f"`{loop}` ({extent})" for loop, extent in nest["unrolled"]) or "nothing"
-        text = f"at build, step {nest['step']} unrolls {unrolled}: {nest['statements']} statements"
-        left = [f"`{loop}` ({extent}: {why})" for loop, extent, why in nest["left"]]
-        if left:
-            text += "; leaves " + ", ".join(left[:most]) + (f" and {len(left) - most} more" if len(left) > most else "")
-        parts.append(text)
-    return "\n\n".join(parts)
+def unroll_text(report: list | None) -> str | None:
+    """The worker's unroll report (space/unroll_loop.unroll_report) as hover text."""
+    from tensorlang.space.unroll_loop import report_text
+    return report_text(report, quote="`").replace("\n", "\n\n") if report else None
 
 
 def measurement_text(m: dict | None, current_text: str | None = None) -> str | None:

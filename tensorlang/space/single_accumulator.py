@@ -10,11 +10,16 @@ unrolls when the product of its factors, R1's and S3's fits the step.
 
 The shipped model wrote EfficientNet's squeeze-excite reduce conv (144 -> 6 channels on a 1 x 1 map, held out)
 with `ff2 = 6, rc1 = 48`, every other factor 1, at step 64: 288 steps, not unrolled, 0.4 us; the same schedule
-at step 512 runs in 0.2 us (`tensorlang bench`, znver4), as MetaSchedule's. The accumulators are the lesser
-part of that: side by side (benchmarks/squeeze_conv_unroll.tsched, 15 rounds, znver4;
-benchmarks/results/squeeze_conv_unroll_znver4.json) one accumulator runs in 0.45 us at step 64 and 0.18 at
-512, six (`ff3 = 6`) in 0.35 and 0.20, MetaSchedule-64's tile (`ff = [1, 1, 2, 3], rc1 = 2`, unrolled whole at
-64) in 0.18: for a kernel of 864 multiply-adds what counts is that the reduction loop unrolls.
+at step 512 runs in 0.2 us (`tensorlang bench`, znver4), as MetaSchedule's. Side by side
+(benchmarks/squeeze_conv_unroll.tsched, 15 rounds, znver4; benchmarks/results/squeeze_conv_unroll_znver4.json;
+what each step unrolls from `tensorlang lower --emit unroll`):
+- one accumulator at 64: 0.45 us -- rc1 (48) unrolls, ff2 (6) stays a loop: six 48-long chains one after
+  another; at 512: 0.18 us -- ff2 unrolls too, the six chains interleave;
+- six accumulators (`ff3 = 6`) at 64: 0.35 us -- ff3 unrolls, rc1 stays a loop of 48; at 512: 0.20 us;
+- MetaSchedule-64's tile (`ff = [1, 1, 2, 3], rc1 = 2`) at 64: 0.18 us -- its 12-statement body unrolls
+  whole inside a loop of 72.
+So independent chains alone (six accumulators at 64) recover a third of the gap; the fast schedules are those
+whose unrolled body holds them all.
 
 `unrolled_single_accumulator(space, point, decisions, sketch)`: at a CPU sketch's unroll decision (its last),
 where a multi-level tile decided before it has a single accumulator and more than one point in S2, the unroll

@@ -180,6 +180,20 @@ def unroll_report(func, names: dict | None = None) -> list[dict]:
     return report
 
 
+def report_text(report: list[dict], quote: str = "", most: int = 6) -> str:
+    """An unroll report as lines of text, one per pragma'd nest: what the build unrolls, the statements that
+    makes, and the loops it leaves with why (`quote`: around a loop's name, "`" for Markdown)."""
+    lines = []
+    for nest in report:
+        unrolled = ", ".join(f"{quote}{loop}{quote} ({extent})" for loop, extent in nest["unrolled"]) or "nothing"
+        text = f"at build, step {nest['step']} unrolls {unrolled}: {nest['statements']} statements"
+        left = [f"{quote}{loop}{quote} ({extent}: {why})" for loop, extent, why in nest["left"]]
+        if left:
+            text += "; leaves " + ", ".join(left[:most]) + (f" and {len(left) - most} more" if len(left) > most else "")
+        lines.append(text)
+    return "\n".join(lines)
+
+
 def unrolled_elsewhere(func, step: int, blocks: set[str]) -> frozenset[tuple[int, str]]:
     """The loops a step unrolls that enclose none of `blocks` (what it unrolls of the other stages), each by
     its place in the plan and its name."""
