@@ -44,8 +44,8 @@ Off in the shipped checkpoint; measured on znver4 both times and not backed by d
   other not (data/measured/llvm, znver4, 2026-12-07): 37 pairs over 16 tasks, the S2-unrolling step a median
   1.02x faster (59 % of pairs); the 19 pairs whose steps unroll the same of the other stages (v2's case)
   1.005x, the 18 whose larger step unrolls more 1.05x -- RegNetY's two 7 x 7 squeeze convs' pairs, 0.49x and
-  0.51x, among them. (An earlier count of these pairs, stop 49's, read 1.23x; its script is gone and today's does not
-  reproduce it.)
+  0.51x, among them. (A count made earlier that day read 1.23x over 22 tasks; its script is lost, and this
+  one does not reproduce it.)
 One training operator changed, neutral, and a corpus at 1.0x: switching the rule on would be choosing it on
 the held-out conv it fixes.
 """

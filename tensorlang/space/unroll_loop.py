@@ -4,13 +4,19 @@ A CPU sketch annotates a loop nest with `pragma_auto_unroll_max_step` (the unrol
 build time TVM's UnrollLoop pass (src/tir/transforms/unroll_loop.cc) walks the nest bottom up and unrolls a
 serial loop when no loop inside it stayed a loop and its extent times the steps of its body -- statements,
 counted after unrolling what is inside -- fits the step. VectorizeLoop runs before it (s_tir/pipeline.py): a
-vectorised loop is one statement's worth of its body, neither unrolled nor in the way -- unless a condition
-in it depends on its lane (a padding `if_then_else`, a block predicate), which VectorizeLoop cannot vectorise:
-it scalarises the loop back into a serial one. A loop of one iteration is gone too (StmtSimplify). The step is the whole
-nest's, not one stage's: a decoding rule that raises it for one stage's loops must know what else it unrolls.
+vectorised loop is one statement's worth of its body, neither unrolled nor in the way -- unless a condition in
+it depends on its lane (a padding `if_then_else`, a block predicate), which VectorizeLoop cannot vectorise: it
+scalarises the loop back into a serial one. A loop of one iteration is gone too (StmtSimplify). The step is the
+whole nest's, not one stage's: a decoding rule that raises it for one stage's loops must know what else it
+unrolls, and a person editing a schedule what it does.
 
-`unroll_plan(func, step)` follows that pass over the TensorIR a schedule leaves (a block is the statements it
-holds, its predicate an `if`), counting as the pass counts, with every pragma's step replaced by `step`.
+- `unroll_plan(func, step)`: every loop of the TensorIR a schedule leaves (a block is the statements it holds,
+  its predicate an `if`), counted as the pass counts, unrolled or not -- with every pragma's step replaced by
+  `step` where one is given (a decoder comparing candidate steps);
+- `unroll_report(func, names)`, `report_text(report)`: per pragma'd nest, what the build unrolls, the
+  statements that makes and why each other loop stays a loop (`tensorlang lower --emit unroll`, the editor's
+  hover on the pragma);
+- `unrolled_elsewhere(func, step, blocks)`: what a step unrolls outside some stages.
 """
 from __future__ import annotations
 
