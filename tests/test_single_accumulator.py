@@ -89,7 +89,7 @@ def test_no_preference_where_no_step_unrolls_s2():
 def test_random_walks_with_the_rule_unroll_every_single_accumulator_they_can(se_conv):
     """Decoding through ConstrainedTokens with the preference: wherever a walk's tile has one accumulator and
     a step can unroll S2, its step does (and the walks did meet such tiles). The squeeze conv's sigmoid-multiply
-    epilogue is 6 channels of one point, which every step but 0 unrolls: no step is refused for it.
+    epilogue is 6 channels of one point, which every step but 0 unrolls: no step is refused for it."""
     _, space = se_conv
     met = 0
     for seed in range(40):
