@@ -318,7 +318,8 @@ class TensorlangServer(LanguageServer):
             log.warning("schedule state unavailable: %s", e)
             return None
 
-    async def unroll_report(self, an: Analysis, op: str, stmts: tuple, timeout: float = STATE_WAIT_S) -> list | None:
+    async def unroll_report(self, an: Analysis, op: str, stmts: tuple,
+                            timeout: float = STATE_WAIT_S) -> list | None:
         """The worker's `unroll_report` of a whole schedule of `op` (what the build unrolls), or None."""
         op_model = an.model.ops.get(op or "")
         if op_model is None:
