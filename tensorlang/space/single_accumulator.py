@@ -39,13 +39,14 @@ Off in the shipped checkpoint; measured on znver4 both times and not backed by d
 - v2 (this one: nothing more unrolled elsewhere) keeps that 7 x 7 conv at its step, and with it the group conv
   (step 512 also unrolls its pad stage) and one batch-8 variant: 3 of the 670 operators change -- the held-out
   squeeze conv, its batch-8 variant and the RegNetY-448 conv (1.0x), 1 training operator.
-- The measured corpus does not separate the cases either. Records of one task that differ only in the unroll
-  step, where the tile has a single accumulator and S2 more than one point and one step unrolls S2 and the
-  other not (data/measured/llvm, znver4, 2026-12-07): 37 pairs over 16 tasks, the S2-unrolling step a median
-  1.02x faster (59 % of pairs); the 19 pairs whose steps unroll the same of the other stages (v2's case)
-  1.005x, the 18 whose larger step unrolls more 1.05x -- RegNetY's two 7 x 7 squeeze convs' pairs, 0.49x and
-  0.51x, among them. (A count made earlier that day read 1.23x over 22 tasks; its script is lost, and this
-  one does not reproduce it.)
+- The measured corpus does not separate the cases either (benchmarks/unroll_pairs.py, records of one task that
+  differ only in the unroll step, where the tile has a single accumulator and S2 more than one point and one
+  step unrolls S2 and the other not; data/measured/llvm, znver4, 2026-12-07 evening,
+  benchmarks/results/unroll_pairs_znver4.json): 43 pairs over 17 tasks, the S2-unrolling step a median 1.02x
+  faster (58 % of pairs); the 24 pairs whose steps unroll the same of the other stages (v2's case) 1.01x, the
+  19 whose larger step unrolls more 1.04x -- RegNetY's two 7 x 7 squeeze convs' pairs, 0.49x and 0.51x, among
+  them. (A count made earlier that day read 1.23x over 22 tasks; its script is lost, and this one does not
+  reproduce it.)
 One training operator changed, neutral, and a corpus at 1.0x: switching the rule on would be choosing it on
 the held-out conv it fixes.
 """
