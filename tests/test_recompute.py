@@ -11,7 +11,7 @@ from tensorlang.space import constraints as C
 from tensorlang.space.recompute import no_repeated_reduction, repeated_blocks, site_repeats
 from tensorlang.space.space import LOCATION, Space
 
-from conftest import ROOT
+from conftest import ROOT, random_point
 
 GPT2_SOFTMAX = ROOT / "data" / "workloads" / "gpt2" / "fused_softmax_broadcast_to4.tsched"
 GPT2_LAYERNORM = ROOT / "data" / "workloads" / "gpt2" / "layer_norm.tsched"
@@ -54,22 +54,11 @@ def test_site_repeats_are_what_the_scheduled_module_runs(path):
     assert seen_repeats, "no sample repeated a reduction: the comparison above checked only ones"
 
 
-def random_walk(space, prefer, seed):
-    dec = C.ConstrainedTokens(space, None, prefer=prefer)
-    rng = random.Random(seed)
-    try:
-        while not dec.done:
-            dec.push(rng.choice(sorted(dec.allowed())))
-        return dec.finish()
-    finally:
-        dec.close()
-
-
 def test_the_guard_keeps_every_reduction_computed_once(softmax):
     """Random decoding through ConstrainedTokens: with the guard no point repeats a reduction; without it the
     same seeds do (the space offers those sites)."""
-    unguarded = [reductions_repeated(random_walk(softmax, None, s).mod) for s in range(10)]
-    guarded = [reductions_repeated(random_walk(softmax, no_repeated_reduction, s).mod) for s in range(10)]
+    unguarded = [reductions_repeated(random_point(softmax, None, s).mod) for s in range(10)]
+    guarded = [reductions_repeated(random_point(softmax, no_repeated_reduction, s).mod) for s in range(10)]
     assert any(unguarded)
     assert not any(guarded)
 
