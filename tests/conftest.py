@@ -42,6 +42,15 @@ def neovim() -> str:
     return found
 
 
+def operator_space(path, target: str | None = None):
+    """The Space of a .tsched file's first operator on `target` (default: the file's first target)."""
+    from tensorlang import api
+    from tensorlang.space.space import Space
+    doc = api.load(path)
+    name = next(iter(doc.model.ops))
+    return Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets[target or next(iter(doc.model.targets))])
+
+
 def random_point(space, prefer=None, seed: int = 0, cons=None):
     """A point decoded token by token through ConstrainedTokens, each legal token chosen at random (seeded):
     what a decoder with the preference `prefer` (and the constraints `cons`) can write."""

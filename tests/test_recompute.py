@@ -9,23 +9,17 @@ from tensorlang import api
 from tensorlang.parser import parse
 from tensorlang.space import constraints as C
 from tensorlang.space.recompute import no_repeated_reduction, repeated_blocks, site_repeats
-from tensorlang.space.space import LOCATION, Space
+from tensorlang.space.space import LOCATION
 
-from conftest import ROOT, random_point
+from conftest import ROOT, operator_space, random_point
 
 GPT2_SOFTMAX = ROOT / "data" / "workloads" / "gpt2" / "fused_softmax_broadcast_to4.tsched"
 GPT2_LAYERNORM = ROOT / "data" / "workloads" / "gpt2" / "layer_norm.tsched"
 
 
-def space_of(path):
-    doc = api.load(path)
-    name = next(iter(doc.model.ops))
-    return Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets["llvm"])
-
-
 @pytest.fixture(scope="module")
 def softmax():
-    return space_of(GPT2_SOFTMAX)
+    return operator_space(GPT2_SOFTMAX, "llvm")
 
 
 def reductions_repeated(mod) -> dict:
@@ -36,7 +30,7 @@ def reductions_repeated(mod) -> dict:
 def test_site_repeats_are_what_the_scheduled_module_runs(path):
     """Seeded random points, half of them taking the innermost site at every compute-at decision: the factor
     predicted for each reduction's chosen site is how many times the built module runs its whole domain."""
-    space = space_of(path)
+    space = operator_space(path, "llvm")
     rng = random.Random(0)
     seen_repeats = set()
     for trial in range(12):

@@ -11,7 +11,7 @@ from tensorlang.space.single_accumulator import (single_accumulator_region, unro
                                                  unrolled_single_accumulator)
 from tensorlang.space.space import CATEGORICAL, TILE, Space
 
-from conftest import ROOT, random_point
+from conftest import ROOT, operator_space, random_point
 
 # EfficientNet-B0's squeeze-excite reduce conv (144 -> 6 channels on a 1 x 1 map), a held-out task
 SE_CONV = ROOT / "data" / "workloads" / "efficientnet-b0" / "fused_conv2d12_add15_tir_sigmoid8_multiply12.tsched"
@@ -20,9 +20,8 @@ MATMUL = ROOT / "examples" / "matmul.tsched"
 
 @pytest.fixture(scope="module")
 def se_conv():
-    doc = api.load(SE_CONV)
-    name = next(iter(doc.model.ops))
-    return name, Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets["llvm"])
+    space = operator_space(SE_CONV, "llvm")
+    return space.op.name, space
 
 
 def tiled_sketch(space) -> int:
@@ -157,9 +156,7 @@ def test_a_step_that_also_unrolls_more_of_the_epilogue_is_not_kept(side, sketch,
     """The conv tiled as the shipped model tiles it (ff = [1, 55, 8, 1], rc = [1, 52]: 8 x 52 = 416 steps, which
     only 512 unrolls), its epilogue (a side x side map per channel, vectorised along a row or the whole map)
     where each sketch computes it."""
-    doc = api.load(REGNETY_SE[side])
-    name = next(iter(doc.model.ops))
-    space = Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets[next(iter(doc.model.targets))])
+    space = operator_space(REGNETY_SE[side])
     seen = {}
 
     def choose(p, made):

@@ -6,10 +6,10 @@ import collections
 import pytest
 
 from tensorlang import api
-from tensorlang.space.space import CATEGORICAL, Space
+from tensorlang.space.space import CATEGORICAL
 from tensorlang.space.unroll_loop import unroll_plan, unrolled_elsewhere
 
-from conftest import ROOT
+from conftest import ROOT, operator_space
 
 OPERATORS = [
     ROOT / "examples" / "matmul.tsched",
@@ -18,12 +18,6 @@ OPERATORS = [
     / "fused_conv2d2_subtract2_divide2_expand_dims1_multiply2_expand_dims1_add4_relu2.tsched",
     ROOT / "data" / "workloads" / "efficientnet-b0" / "fused_conv2d12_add15_tir_sigmoid8_multiply12.tsched",
 ]
-
-
-def space_of(path):
-    doc = api.load(path)
-    name = next(iter(doc.model.ops))
-    return Space(doc.model.ops[name], doc.primfunc(name), doc.model.targets[next(iter(doc.model.targets))])
 
 
 def loops_tvm_leaves(space, mod) -> collections.Counter:
@@ -48,7 +42,7 @@ def loops_tvm_leaves(space, mod) -> collections.Counter:
 
 @pytest.mark.parametrize("path", OPERATORS, ids=lambda p: p.stem[:24])
 def test_the_plan_leaves_the_loops_tvm_leaves(path):
-    space = space_of(path)
+    space = operator_space(path)
     points, _ = space.sample(4, seed=3)
     compared = 0
     for p in points:
@@ -66,7 +60,7 @@ def test_the_plan_leaves_the_loops_tvm_leaves(path):
 
 
 def test_a_step_given_replaces_every_pragmas_step():
-    space = space_of(OPERATORS[1])
+    space = operator_space(OPERATORS[1])
     p = next(p for p in space.sample(8, seed=3)[0])
     mod = space.replay(p.sketch, lambda q, made: p.decisions[len(made)], convert=False).mod
     assert not any(lp.unrolled for lp in unroll_plan(mod["main"], 0))
