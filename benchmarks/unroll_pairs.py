@@ -54,7 +54,7 @@ def region(tile, decisions, all_tiles: bool) -> int | None:
 
 def pairs(points: dict, all_tiles: bool, say=print) -> list[dict]:
     from tensorlang import api
-    from tensorlang.space.single_accumulator import _scheduled, unroll_facts
+    from tensorlang.space.single_accumulator import scheduled_function, unroll_facts
     from tensorlang.space.space import Space
     from tensorlang.space.unroll_loop import unrolled_elsewhere
     rows, spaces = [], {}
@@ -78,7 +78,7 @@ def pairs(points: dict, all_tiles: bool, say=print) -> list[dict]:
         facts = unroll_facts(space, sketch) if space is not None and sketch < len(space.sketches) else None
         if facts is None or not facts.tiles or not facts.final:
             continue
-        stage = {b + s for b in facts.blocks for s in ("", "_init", "_update")}
+        stage = facts.stage_blocks
         for (i, _), members in groups.items():
             if i != facts.unroll:
                 continue
@@ -86,7 +86,7 @@ def pairs(points: dict, all_tiles: bool, say=print) -> list[dict]:
             sizes = [s for s in sizes if s is not None]
             if not sizes:
                 continue
-            func = _scheduled(space, sketch, members[0][:i])
+            func = scheduled_function(space, sketch, members[0][:i])
             for a, b in itertools.combinations(sorted(members, key=lambda d: facts.steps[d[i]]), 2):
                 low, high = facts.steps[a[i]], facts.steps[b[i]]
                 if not low < max(sizes) <= high:

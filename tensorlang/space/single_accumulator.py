@@ -80,6 +80,12 @@ class UnrollFacts:
     blocks: frozenset[str] = frozenset()  # the tiled blocks (SSRSRS), as the sketch names them
     final: bool = True  # the unroll step is the sketch's last decision: the loop nest is known by then
 
+    @property
+    def stage_blocks(self) -> set[str]:
+        """The tiled blocks as the scheduled function names them: decompose_reduction splits each into its
+        `_init` and `_update` blocks."""
+        return {b + suffix for b in self.blocks for suffix in ("", "_init", "_update")}
+
 
 @per_sketch
 def unroll_facts(space, sketch: int) -> UnrollFacts | None:
@@ -152,15 +158,15 @@ def unrolled_single_accumulator(space, point, decisions=(), sketch=None) -> tupl
     if not kept or len(kept) == len(point.domain) or not facts.final:
         return None
     # A kept step must unroll nothing more of the other stages than the largest step that leaves S2 alone
-    func = _scheduled(space, sketch, decisions)
-    stage = {b + suffix for b in facts.blocks for suffix in ("", "_init", "_update")}
+    func = scheduled_function(space, sketch, decisions)
+    stage = facts.stage_blocks
     below = max((v for v in point.domain if v not in kept), key=lambda v: facts.steps[v])
     elsewhere = unrolled_elsewhere(func, facts.steps[below], stage)
     kept = tuple(v for v in kept if unrolled_elsewhere(func, facts.steps[v], stage) == elsewhere)
     return kept or None
 
 
-def _scheduled(space, sketch: int, decisions: tuple):
+def scheduled_function(space, sketch: int, decisions: tuple):
     """The sketch's function with these decisions, the unroll step (its last) the largest, postprocessors
     applied: the loop nest a step unrolls, parallel and vectorised loops in place."""
     point = space.replay(sketch, lambda p, made: decisions[len(made)] if len(made) < len(decisions)
