@@ -665,7 +665,13 @@ class Terminated(KeyboardInterrupt):
     kept."""
 
 
+_terminated = threading.Event()
+
+
 def _raise_terminated(signum, frame):
+    # Raised inside a call into TVM (a schedule primitive while a space is sampled), the exception comes
+    # back out of the FFI as a bare RuntimeError: the event lets main() still tell a stop from a bug.
+    _terminated.set()
     raise Terminated()
 
 
@@ -673,6 +679,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    _terminated.clear()
     try:
         return args.func(args)
     except SystemExit as e:
@@ -688,6 +695,8 @@ def main(argv=None) -> int:
               f"shape of the operator", file=sys.stderr)
         return 1
     except Exception as e:  # a bug of ours: say so plainly, never a traceback
+        if isinstance(e, RuntimeError) and _terminated.is_set():  # Terminated, converted by TVM's FFI
+            return 128 + signal.SIGTERM
         print(f"tensorlang: error: TS900 internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     finally:

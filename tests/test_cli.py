@@ -127,3 +127,28 @@ def test_run_refuses_a_target_the_host_cannot_execute(tmp_path, monkeypatch):
 def test_missing_file_is_a_clean_error():
     r = run("check", "/nonexistent.tsched")
     assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_sigterm_that_tvm_turns_into_a_runtime_error_still_ends_as_a_stop(monkeypatch, capsys):
+    """SIGTERM inside a call into TVM comes back out of its FFI as a bare RuntimeError (a collect stopped while
+    sampling a space said `TS900 internal error: RuntimeError:`): main() ends it as the stop it is, exit 143,
+    and a RuntimeError with no SIGTERM behind it is still reported as an internal error."""
+    import argparse
+    import signal
+    from tensorlang import cli
+
+    def command(terminated: bool):
+        def func(args):
+            if terminated:
+                cli._terminated.set()  # what the SIGTERM handler does before it raises
+            raise RuntimeError("")
+        parser = argparse.ArgumentParser()
+        parser.set_defaults(func=func)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", lambda: command(True))
+    assert cli.main([]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cli, "build_parser", lambda: command(False))
+    assert cli.main([]) == 2  # the event of the run before is cleared at the start of each run
+    assert "TS900 internal error: RuntimeError" in capsys.readouterr().err

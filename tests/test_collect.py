@@ -145,6 +145,8 @@ def test_sigterm_ends_a_collect_with_its_workers_and_keeps_what_it_measured(tmp_
         assert p.wait(timeout=60) == 128 + signal.SIGTERM
         gone, alive = psutil.wait_procs(workers, timeout=15)
         assert alive == []
+        # the shard it was writing is compressed on the way out: nothing to compress by hand before a commit
+        assert list(out.glob("shard-*.jsonl.gz")) and not list(out.glob("shard-*.jsonl"))
     finally:  # whatever is left of the run's process group (all of it, when the test fails)
         try:
             os.killpg(p.pid, signal.SIGKILL)

@@ -348,7 +348,7 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
         ms_done = _Done(Path(out_dir) / f"metaschedule-{ms_trials}.done") if ms_trials else None
         model_done = _Done(Path(out_dir) / "model-candidates.done") if generator is not None else None
         run = model_run(generator, model_samples) if generator is not None else None
-        written = skipped = 0
+        written = skipped = nothing_new = 0
         log(f"collect: {len(tasks)} tasks, target {target}, {len(writer.keys)} records already in {out_dir}")
         def finish(batch: _Batch) -> None:
             """Check and time a batch whose builds `harness.prepare` started; write its records."""
@@ -453,8 +453,11 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                     done, inflight = inflight, None
                     finish(done)
                 if not pending:  # every candidate is recorded already
+                    # the random draws are seeded by the task: a rerun with the same --trials draws the same
                     log(f"  [{n + 1}/{len(tasks)}] {task.label}: nothing new ({len(cands) + known} candidates "
-                        "recorded already)")
+                        "recorded already" + ("" if measured_whole(space, len(cands) + known) else
+                                              "; a larger --trials draws new ones") + ")")
+                    nothing_new += 1
                     for done_set, key in finished:
                         done_set.add(key)
                 starts = range(0, len(pending), batch)
@@ -475,16 +478,19 @@ def collect(paths: list[str], target: str, out_dir: str | Path = DEFAULT_DIR, tr
                         inflight = current
                     else:
                         finish(current)
+            if inflight is not None:
+                done, inflight = inflight, None
+                finish(done)
         except Exception:  # built already: a later task's failure does not lose its records
             if inflight is not None:
                 finish(inflight)
             raise
-        if inflight is not None:
-            finish(inflight)
-        for w in (writer, heldout_writer):  # a clean finish leaves only compressed shards
-            if w is not None:
-                w.close(compress_open=True)
-    return {"tasks": len(tasks), "written": written, "skipped": skipped, "seconds": round(time.time() - start, 1)}
+        finally:  # a finish or a stop (SIGTERM, Ctrl-C) leaves only compressed shards, ready to commit
+            for w in (writer, heldout_writer):
+                if w is not None:
+                    w.close(compress_open=True)
+    return {"tasks": len(tasks), "written": written, "skipped": skipped, "nothing_new": nothing_new,
+            "seconds": round(time.time() - start, 1)}
 
 
 def record_counts(dirs: list[str | Path], machine: str) -> dict[str, int]:
