@@ -1,7 +1,7 @@
 """The tensor language model against search, heuristics and PyTorch, on held-out and in-distribution tasks.
 
     .venv/bin/python benchmarks/tlm.py [--set heldout] [--set indist] [--model DIR] [--ablation DIR]
-                                       [--ablation-cached tlm-quality] [--trials 64] [--repeat 5] [--skip-ms]
+                                       [--ablation-cached tlm-quality] [--trials 64] [--repeat 5] [--passes 1] [--skip-ms]
     .venv/bin/python benchmarks/tlm.py --cold-cli-only 3 --out REPORT   # only the cold CLI figure, refreshed in REPORT
 
 Tasks (all on this CPU, target llvm = the host):
@@ -35,7 +35,9 @@ and policy, written after each one: a killed run resumes, and MetaSchedule is no
 schedule depends on the host (the model's prompt names the CPU, MetaSchedule tuned on it, the space's vector
 width), so another host's schedules are never re-timed here as this one's. Phase 2 measures every candidate of a
 task set side by side in one harness run (interleaved rounds, under the measurement lock), so every ratio
-compares figures of one run. Writes benchmarks/results/tlm.json (+ tlm.png) and prints the tables.
+compares figures of one run; `--passes N` times them in N such runs one after another and takes each figure's
+median over them (a task's figure moves by up to 20 % between runs on this shared machine), each run's headline
+ratios reported beside it. Writes benchmarks/results/tlm.json (+ tlm.png) and prints the tables.
 """
 from __future__ import annotations
 
@@ -319,7 +321,10 @@ def generate_all(tasks, policies, cache: Cache, gens: dict, say, ms_tasks=frozen
 
 
 # ------------------------------------------------------------------ phase 2: measurement
-def measure_set(tasks, policies, cache: Cache, repeat: int, say) -> list[dict]:
+def measure_set(tasks, policies, cache: Cache, repeat: int, say, passes: int = 1) -> list[dict]:
+    """Phase 2: every policy's schedule of every task timed side by side, in `passes` harness runs one after
+    another. A row's figure is the median of its passes' medians (`pass_median_s`: each pass's own): on this
+    shared machine a task's figure moves by up to 20 % from one run to the next, which is the gap being judged."""
     from tensorlang import api
     from tensorlang.bench import Candidate, PythonKernel, measure_candidates
     from tensorlang.bench.command import generate_candidate
@@ -357,18 +362,44 @@ def measure_set(tasks, policies, cache: Cache, repeat: int, say) -> list[dict]:
                     c = Candidate(f"{name}/{pol}", op, target, entry["schedule_text"])
                 cands.append(c)
                 meta.append((c, row))
-    say(f"measuring {len(cands)} candidates side by side, {repeat} rounds, {threads} threads")
-    results = measure_candidates(cands, repeat=repeat, timeout_s=60, threads=threads, min_repeat_ms=50,
-                                 progress=say)
-    by = {id(c): r for c, r in zip(cands, results)}
+    import statistics
+    every = []
+    for n in range(passes):
+        say(f"measuring {len(cands)} candidates side by side, {repeat} rounds, {threads} threads"
+            + (f" (pass {n + 1} of {passes})" if passes > 1 else ""))
+        every.append(measure_candidates(cands, repeat=repeat, timeout_s=60, threads=threads, min_repeat_ms=50,
+                                        progress=say))
+    by = {id(c): [results[i] for results in every] for i, c in enumerate(cands)}
     rows = []
     for c, row in meta:
         if c is not None:
-            r = by[id(c)]
-            row.update(status=r.status, message=r.message[:200] if r.message else "", median_s=r.median_s,
-                       min_s=r.min_s, correct=r.status == "ok")
+            rs = by[id(c)]
+            bad = next((r for r in rs if r.status != "ok"), None)  # a pass that failed says why
+            r = bad or rs[0]
+            ok = [x.median_s for x in rs if x.status == "ok" and x.median_s]
+            row.update(status=r.status, message=r.message[:200] if r.message else "",
+                       median_s=statistics.median(ok) if bad is None and ok else r.median_s,
+                       min_s=min((x.min_s for x in rs if x.min_s), default=None), correct=bad is None)
+            if passes > 1:
+                row["pass_median_s"] = [x.median_s for x in rs]
         rows.append(row)
-    return rows, results
+    return rows, [r for results in every for r in results]
+
+
+PASS_RATIOS = (("tlm", "metaschedule:64"), ("tlm", "metaschedule:256"), ("tlm", "roller"),
+               (RANKED, "metaschedule:64"), (RANKED, "metaschedule:256"), ("tlm:8", "metaschedule:256"))
+
+
+def per_pass(rows: list[dict], policies: list[str]) -> list[dict]:
+    """Each pass's geomean ratios of PASS_RATIOS, as summarize computes them from that pass's figures alone:
+    how far the headline figures move from one harness run to the next."""
+    passes = max((len(r.get("pass_median_s") or []) for r in rows), default=0)
+    out = []
+    for n in range(passes):
+        alone = [{**r, "median_s": r["pass_median_s"][n]} for r in rows if r.get("pass_median_s")]
+        tr = summarize(alone, policies)["throughput_ratio"]
+        out.append({f"{p} over {q}": tr[p][q]["geomean"] for p, q in PASS_RATIOS if q in tr.get(p, {})})
+    return out
 
 
 # ------------------------------------------------------------------ report
@@ -513,6 +544,9 @@ def main(argv=None) -> int:
                     help="MetaSchedule on this many tasks of a set only, round-robin over the kinds (its cost on a busy "
                          "2-core machine: 3-5 min a task)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--passes", type=int, default=1,
+                    help="time every candidate in this many harness runs, one after another; each figure is the "
+                         "median of its runs' medians, and each run's headline ratios are reported beside it")
     ap.add_argument("--limit", type=int, help="only the first N tasks of each set (a quick check)")
     ap.add_argument("--cache", default=None, help="schedule cache (default: this host's, cache_path())")
     ap.add_argument("--out", default=str(RESULTS / "tlm.json"))
@@ -590,9 +624,10 @@ def main(argv=None) -> int:
                      ms_tasks=ms_tasks)
     for s in sets:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
-        rows, results = measure_set(tasks, policies, cache, args.repeat, say)
+        rows, results = measure_set(tasks, policies, cache, args.repeat, say, passes=args.passes)
         from tensorlang.bench.command import conditions
         report["sets"][s] = {"tasks": len(tasks), "rows": rows, "summary": summarize(rows, policies),
+                             "passes": per_pass(rows, policies),
                              # the longest search's curve: it says how many trials match tlm up to its end
                              "time_to_quality": ms_trials_to_match(rows, f"metaschedule:{max(trials)}")
                              if not args.skip_ms else [], "conditions": conditions(results)}
@@ -641,6 +676,9 @@ def format_report(report: dict) -> str:
             tp = v["summary"]["throughput_ratio"].get(p, {})
             lines.append(f"geomean throughput of {p} over: " + ", ".join(
                 f"{q} {x['geomean']:.2f}x ({x['wins']}/{x['tasks']} wins)" for q, x in tp.items()))
+        if v.get("passes"):
+            lines.append("per pass (each harness run's figures alone): " + "; ".join(
+                f"{k} " + " / ".join(f"{x[k]:.2f}x" for x in v["passes"] if k in x) for k in v["passes"][0]))
         lines.append("schedule time per task (median / p95 / total s): " + ", ".join(
             f"{p} {x['median_s']:.3f}/{x['p95_s']:.3f}/{x['total_s']:.0f}" for p, x in v["summary"]["schedule_time"].items()))
         lines.append("legal / correct: " + ", ".join(
