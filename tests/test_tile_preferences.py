@@ -358,3 +358,66 @@ def test_the_shipped_model_keeps_the_stem_convs_register_tile_in_the_register_fi
     assert not low.diagnostics and low.policy == "schedule"
     result = api.run_lowered(low, repeat=1)
     assert result.ok and result.max_rel < 1e-4, result
+
+
+GEMV = """target cpu = llvm()
+
+op gemv(x: f32[1, 1024], W: f32[1024, 1000]) -> y: f32[1, 1000] {
+    y[i, j] += x[i, k] * W[k, j]
+}
+"""
+
+
+def test_a_compute_bound_tile_keeps_several_accumulators(matmul):
+    """enough_fma_chains on a 512^3 matmul (85 flop/byte): every random walk's register tile holds at least
+    MIN_CHAINS accumulators (independent FMA chains); without it some hold fewer. After the register-file rule (the
+    shipped decoding's order) both hold: between MIN_CHAINS and the register file."""
+    from tensorlang.space.fma_chains import MIN_CHAINS, MIN_INTENSITY, enough_fma_chains, intensity
+    from tensorlang.space.register_tile import fitting_register_tile, vector_registers
+    assert intensity(matmul.op) > MIN_INTENSITY
+    lanes, registers = vector_lanes(matmul), vector_registers(matmul)
+    plain = [register_tile_registers(walk(matmul, None, s)[1], lanes) for s in range(16)]
+    kept = [register_tile_registers(walk(matmul, enough_fma_chains, s)[1], lanes) for s in range(16)]
+    assert min(plain) < MIN_CHAINS <= min(kept)
+    both = C.preferring(vector_innermost, fitting_register_tile, enough_fma_chains)
+    for s in range(8):
+        assert MIN_CHAINS <= register_tile_registers(walk(matmul, both, s)[1], lanes) <= registers
+
+
+def test_the_fma_chains_narrow_a_loop_by_the_most_the_later_loops_can_add(matmul):
+    """At i (j still untiled) every innermost factor is kept, since j's 512 could make up the chains; at j, with
+    i's innermost factor 1, only those of at least MIN_CHAINS vectors, and with i's 4 every one again (the rule
+    yields: None)."""
+    from tensorlang.space.fma_chains import MIN_CHAINS, enough_fma_chains
+    lanes = vector_lanes(matmul)
+    for i3, j_narrowed in ((1, True), (4, False)):
+        seen = {}
+
+        def choose(p, made):
+            if p.kind == TILE and p.role == "S":  # subjects "i (512)", "j (512)"
+                seen[p.subject[0]] = (enough_fma_chains(matmul, p, made), p.domain)
+                if p.subject[0] == "i":
+                    return next(f for f in p.domain if f[-1] == i3)
+            return p.domain[0]
+        matmul.replay(matmul.usable[0], choose, convert=False)
+        assert seen["i"][0] is None
+        kept, domain = seen["j"]
+        assert (kept is not None) == j_narrowed
+        if j_narrowed:
+            assert set(kept) == {f for f in domain if math.ceil(f[-1] / lanes) >= MIN_CHAINS}
+
+
+def test_a_memory_bound_operator_keeps_its_whole_domain():
+    """A matrix-vector product streams its weight once (0.5 flop/byte): its one-accumulator tiles are often the
+    fastest, and the rule leaves every decision alone."""
+    from tensorlang.space.fma_chains import MIN_INTENSITY, enough_fma_chains, intensity
+    doc = api.load_text(GEMV, "gemv.tsched")
+    space = Space(doc.model.ops["gemv"], doc.primfunc("gemv"), doc.model.targets["cpu"])
+    assert intensity(space.op) < MIN_INTENSITY
+    seen = []
+
+    def choose(p, made):
+        seen.append(enough_fma_chains(space, p, made))
+        return p.domain[0]
+    space.replay(space.usable[0], choose, convert=False)
+    assert seen and all(x is None for x in seen)
