@@ -9,13 +9,16 @@ whose compulsory traffic is small against its work (a 1x1 or 3x3 conv over many 
 product or a depthwise conv streams its data once, and there one accumulator is often the measured best.
 
 The measured corpus says the same, split by the operator's arithmetic intensity (flops per byte of compulsory
-traffic, `OpModel.bytes`; znver4, tasks with at least 16 records, register tiles counted from each record's
-splits): of the 168 tasks at 16 flop/byte or more, 17 have their fastest record on fewer than 4 registers, and
-their records with 1 register run within 1.25x of the task's best in 2.6 % of cases (4-7 registers: 14.9 %,
-8-16: 19.6 %); at 4-16 flop/byte 9 of 79 and 2.0 %; below 4 flop/byte 44 of 61 tasks have their best on fewer
-than 4 registers. The shipped model wrote one register of accumulators (`ff3 = yy3 = 1, xx3 = 14`) on
-EfficientNet's held-out 1x1 conv2d30 (480 -> 112 channels over 14 x 14, 31 flop/byte): 0.47 ms, where its own
-sample with 16 ran at 0.16.
+traffic, `OpModel.bytes`; znver4, tasks with at least 16 records, each record's register tile counted as
+`registers_needed` counts; `benchmarks/register_tiles.py`): of the 168 tasks at 16 flop/byte or more, 17 have
+their fastest record on fewer than 4 registers, and their records on 1 register run within 1.25x of the task's
+best in 2.7 % of cases (4-7 registers: 15.0 %, 8-16: 19.8 %); at 4-16 flop/byte 9 of 79 tasks and 2.2 %; below
+4 flop/byte 55 of 61 tasks have their best on fewer than 4 registers (1 register: 13.1 % within 1.25x).
+Random samples describe random samples (a rule drawn from such a count lost 0.70x side by side on 2026-12-07:
+the card's notes); what the rule is worth is what benchmarks/compare_models.py --fma-chains on,off measures. It
+was written after a held-out failure: the shipped model wrote one register of accumulators (`ff3 = yy3 = 1,
+xx3 = 14`) on EfficientNet's 1x1 conv2d30 (480 -> 112 channels over 14 x 14, 31 flop/byte): 0.47 ms, where its
+own sample with 16 ran at 0.16.
 
 `enough_fma_chains(space, point, decisions, sketch)`: at a CPU tile decision of a spatial loop of a reduction
 stage's multi-level tile, in an operator of at least MIN_INTENSITY flop/byte, the tiles that leave at least
