@@ -543,6 +543,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ms-tasks", type=int, default=None,
                     help="MetaSchedule on this many tasks of a set only, round-robin over the kinds (its cost on a busy "
                          "2-core machine: 3-5 min a task)")
+    ap.add_argument("--ms-skip", action="append", default=[], metavar="FILE_STEM",
+                    help="no MetaSchedule on this task (its file's stem, e.g. matmul3; repeatable): a search whose "
+                         "trials each time a 100 ms kernel takes an hour on 2 cores; the report names the tasks")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--passes", type=int, default=1,
                     help="time every candidate in this many harness runs, one after another; each figure is the "
@@ -615,11 +618,13 @@ def main(argv=None) -> int:
                            {ablation: gens[ablation].name} if ablation else None),
               "imports_s": {"torch": round(import_torch_s, 2), "transformers": round(import_transformers_s, 2),
                             "tvm": round(import_tvm_s, 2)},
-              "model_load_s": {k: round(v, 3) for k, v in load.items()}, "policies": policies, "sets": {}}
+              "model_load_s": {k: round(v, 3) for k, v in load.items()}, "policies": policies,
+              "ms_skipped": args.ms_skip, "passes": args.passes, "sets": {}}
     for s in sets:
         tasks = (HELDOUT if s == "heldout" else indist_tasks(args.indist))[:args.limit]
         say(f"{s}: {len(tasks)} tasks; phase 1 (schedules, cached in {os.path.relpath(args.cache, ROOT)})")
-        ms_tasks = set(map(tuple, spread(tasks, args.ms_tasks))) if s in args.ms_sets.split(",") else set()
+        searched = [t for t in tasks if Path(t[0]).stem not in args.ms_skip]
+        ms_tasks = set(map(tuple, spread(searched, args.ms_tasks))) if s in args.ms_sets.split(",") else set()
         generate_all(tasks, [p for p in policies if p != "torch" and p not in cached_only], cache, gens, say,
                      ms_tasks=ms_tasks)
     for s in sets:
@@ -655,6 +660,8 @@ def cold_cli_lines(report: dict) -> list[str]:
 def format_report(report: dict) -> str:
     lines = [f"tlm benchmark: model {report['model']} on {report['machine'].get('llvm_mcpu')} "
              f"({report['machine'].get('usable_cpus', '?')} cores); {report['command']}"]
+    if report.get("ms_skipped"):
+        lines.append(f"MetaSchedule not run on: {', '.join(report['ms_skipped'])} (--ms-skip)")
     for s, v in report["sets"].items():
         lines.append(f"\n== {s}: {v['tasks']} tasks (median latency, ms; x = no schedule / not correct)")
         pols = [p for p in report["policies"] if any(r["policy"] == p for r in v["rows"])]
