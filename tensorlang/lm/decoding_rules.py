@@ -1,7 +1,7 @@
 """The decoding rules a checkpoint switches on: preferences of the Space Builder (space/*.py) that narrow a
 decision's legal values to those the measurements favour. The Generator applies the ones on, in RULES' order,
 each yielding where it would leave nothing (constraints.preferring): the register tile narrows what the vector
-tile leaves, the FMA chains what those leave, and the parallel tile what they all leave.
+tile leaves, and the parallel tile what both leave.
 
 One entry per rule names everything that refers to it: the checkpoint's switch (generation_config.json), the
 Generator's attribute, the words of model.decoding_summary, benchmarks/compare_models.py's option and tags, and
@@ -44,9 +44,6 @@ RULES: tuple[DecodingRule, ...] = (
     # a multi-level tile's register tile within the vector register file
     DecodingRule("register_tile", "fitting_register_tile", False, "register tile", "register_tile",
                  "fitting_register_tile", ("@registers", "@noregisters")),
-    # a compute-bound multi-level tile's register tile of several accumulators (independent FMA chains)
-    DecodingRule("fma_chains", "enough_fma_chains", False, "FMA chains rule", "fma_chains", "enough_fma_chains",
-                 ("@chains", "@nochains")),
     # a single-accumulator tile unrolled around its inner reduction
     DecodingRule("single_accumulator", "unrolled_single_accumulator", False, "single accumulator rule",
                  "single_accumulator", "unrolled_single_accumulator", ("@accumulator", "@noaccumulator")),
