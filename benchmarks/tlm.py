@@ -48,6 +48,7 @@ import math
 import os
 import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -362,7 +363,6 @@ def measure_set(tasks, policies, cache: Cache, repeat: int, say, passes: int = 1
                     c = Candidate(f"{name}/{pol}", op, target, entry["schedule_text"])
                 cands.append(c)
                 meta.append((c, row))
-    import statistics
     every = []
     for n in range(passes):
         say(f"measuring {len(cands)} candidates side by side, {repeat} rounds, {threads} threads"
@@ -505,7 +505,6 @@ def cold_cli(file: str, op: str, policy: str) -> dict:
 def cold_cli_runs(runs: int) -> dict:
     """cold_cli for policies tlm and roller, `runs` times each, interleaved (tlm, roller, tlm, ...) so that both
     see the same host; the medians are the figures."""
-    import statistics
     file, op = HELDOUT[13][0], "matmul"
     every = [cold_cli(file, op, p) for _ in range(runs) for p in ("tlm", "roller")]
     medians = []
