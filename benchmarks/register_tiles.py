@@ -14,11 +14,11 @@ and register bucket: how many records, and how many run within 1.25x of their ta
 tasks have their best record on fewer than MIN_CHAINS registers. No kernel is run.
 
 One accumulator register is one chain of dependent fused multiply-adds, each waiting the FMA's latency (4-5
-cycles here); independent chains fill the gap where a kernel is bound by arithmetic. The count agrees (znver4:
-at 16 flop/byte or more, 1-register records within 1.25x of their task's best 2.7 % of the time, 4-7 registers
-15.0 %; below 4 flop/byte 55 of 61 tasks have their best on fewer than 4), yet a decoding rule keeping at least 4
-registers in such operators lost side by side (validation 0.71x): counts over random samples do not say where
-the model's own choices go wrong.
+cycles here); independent chains fill the gap where a kernel is bound by arithmetic. The count agrees (znver4,
+shards to 26: at 16 flop/byte or more, 1-register records within 1.25x of their task's best 2.6 % of the time,
+4-7 registers 14.4 %; below 4 flop/byte 55 of 61 tasks have their best on fewer than 4), yet a decoding rule
+keeping at least 4 registers in such operators lost side by side (validation 0.71x): counts over random samples
+do not say where the model's own choices go wrong.
 """
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     me = describe()
-    machine = args.machine or host().id
-    lanes = 16 if "avx512f" in me["vector_isa"] else 8 if "avx2" in me["vector_isa"] else 4
+    machine = args.machine or me["machine_id"]
+    lanes = host().vector_bits // 32  # fp32 lanes, as space/vector_tile.vector_lanes counts them
     ops = {}
     for t in find_tasks([str(ROOT / "data/workloads"), str(ROOT / "data/workloads-variants")]):
         if t.key not in ops:
