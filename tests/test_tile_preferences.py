@@ -358,3 +358,38 @@ def test_the_shipped_model_keeps_the_stem_convs_register_tile_in_the_register_fi
     assert not low.diagnostics and low.policy == "schedule"
     result = api.run_lowered(low, repeat=1)
     assert result.ok and result.max_rel < 1e-4, result
+
+
+def test_a_preference_is_asked_once_per_decision_however_many_tokens_spell_it(matmul):
+    """A tile is spelled over several tokens and each push asks what is allowed: ConstrainedTokens keeps the
+    preference's answer for the decision being written (a third of the one-pass decoding time before), and
+    what it allows at every token is what a fresh answer there allows."""
+    import random
+
+    from tensorlang.space.register_tile import fitting_register_tile
+    both = C.preferring(vector_innermost, fitting_register_tile)
+    asked = []
+
+    def counting(space, point, decisions, sketch=None):
+        asked.append(len(decisions))
+        return both(space, point, decisions, sketch)
+
+    for seed in range(4):
+        asked.clear()
+        kept = C.ConstrainedTokens(matmul, None, prefer=counting)
+        fresh = C.ConstrainedTokens(matmul, None, prefer=both)
+        rng = random.Random(seed)
+        try:
+            while not kept.done:
+                fresh._memo = None  # asked anew at this token
+                allowed = sorted(kept.allowed())
+                assert allowed == sorted(fresh.allowed())
+                tok = rng.choice(allowed)
+                kept.push(tok)
+                fresh.push(tok)
+            decisions, tokens = len(kept.decisions), len(kept.tokens)
+        finally:
+            kept.close()
+            fresh.close()
+        assert asked == list(range(decisions))  # each decision once, in order
+        assert tokens > 2 * decisions  # ... of more tokens than decisions

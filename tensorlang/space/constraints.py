@@ -696,10 +696,13 @@ class ConstrainedTokens:
     values, else left out (a user who wrote a compute_at that repeats a reduction gets it;
     recompute.no_repeated_reduction)."""
 
-    def __init__(self, space: Space, cons: Constraints | None, eager: bool = False, _inner=None, prefer=None):
+    def __init__(self, space: Space, cons: Constraints | None, eager: bool = False, _inner=None, prefer=None,
+                 _memo=None):
         from tensorlang.space.sentence import NextTokens
         self.space, self.cons, self.prefer = space, cons, prefer
         self.inner = _inner if _inner is not None else NextTokens(space, eager)
+        # _ok's last answer and what it was of: a value spelled over several tokens asks it at each one
+        self._memo = _memo
 
     def _ok(self) -> set | None:
         """The values of the choice being written that are kept (None: all of them)."""
@@ -707,6 +710,9 @@ class ConstrainedTokens:
         if nt._point is None:  # the sketch index
             return set(self.cons.sketches) if self.cons is not None else None
         made = tuple(nt.decisions)
+        memo = self._memo
+        if memo is not None and memo[0] == nt.sketch and memo[1] is nt._point and memo[2] == made:
+            return memo[3]
         ok = set(self.cons.allowed(self.space, nt.sketch, len(made), nt._point, made)) if self.cons is not None \
             else None
         better = self.prefer(self.space, nt._point, made, nt.sketch) if self.prefer is not None else None
@@ -714,6 +720,7 @@ class ConstrainedTokens:
             better = set(better) if ok is None else set(better) & ok
             if better:
                 ok = better
+        self._memo = (nt.sketch, nt._point, made, ok)
         return ok
 
     def _narrowed_choice(self, ok: set):
@@ -755,7 +762,8 @@ class ConstrainedTokens:
             probe.close()
 
     def fork(self) -> "ConstrainedTokens":
-        return ConstrainedTokens(self.space, self.cons, _inner=self.inner.fork(), prefer=self.prefer)
+        return ConstrainedTokens(self.space, self.cons, _inner=self.inner.fork(), prefer=self.prefer,
+                                 _memo=self._memo)
 
     @property
     def done(self) -> bool:
