@@ -190,13 +190,13 @@ def run_stamp(script: str, argv, started: float) -> dict:
 
 
 def decoding(gen, sampled: bool = False) -> str:
-    """A model and how it decodes (`sampled`: and the temperature of its samples; the decoding rules it has on,
+    """A model and how it decodes (`sampled`: and the temperature and sampler of its samples; the decoding rules it has on,
     each by its RULE, lm/decoding_rules.py): what a cached schedule of it depends on."""
     from tensorlang.lm.decoding_rules import RULES
-    from tensorlang.lm.generate import SAMPLE_TEMPERATURE
+    from tensorlang.lm.generate import SAMPLE_TEMPERATURE, SAMPLER
     name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"
     name += "".join(f" {r.cache_name}" for r in RULES if getattr(gen, r.attr, False))
-    return f"{name} T={SAMPLE_TEMPERATURE}" if sampled else name
+    return f"{name} T={SAMPLE_TEMPERATURE} sampler={SAMPLER}" if sampled else name
 
 
 class Cache:

@@ -320,9 +320,9 @@ def test_greedy_scores_a_spelled_number_by_its_whole_spelling(tiny):
 
 def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
     """lm/inference.py against transformers on one checkpoint: prefill, a multi-token step and a one-token
-    step on the cache, a batched look-ahead on a repeated cache -- the same logits (bit for bit on the
-    Xeon this was written on; within 1e-5 asked, as another CPU's kernels may round differently); and the
-    two engines give the same greedy schedules and the same samples."""
+    step on the cache, a batched look-ahead on a repeated cache, rows of different histories padded in one batch
+    -- the same logits (bit for bit on the Xeon this was written on; within 1e-5 asked, as another CPU's kernels
+    may round differently); and the two engines give the same greedy schedules and the same samples."""
     import copy
 
     import torch
@@ -356,6 +356,40 @@ def test_torch_engine_computes_exactly_what_gpt2lmheadmodel_computes(tiny):
                  use_cache=True, cache=hc)
     assert same(ref.logits, dec(batch, dc)[0])
 
+    # rows of different histories in one batch (the sampler's tree): padded feeds, a mask of the real positions,
+    # each row's own positions -- each row's real logits are those of the row decoded alone, in both engines
+    prompt = torch.randint(0, hf.config.vocab_size, (1, 30), generator=g)
+    feeds = [[[5, 6, 7], [8]], [[9], [10, 11, 12, 13]]]  # row 0 feeds 3 then 1 token, row 1 feeds 1 then 4
+    alone = []
+    for row in feeds:
+        logits, c = dec(prompt)
+        for f in row:
+            logits, c = dec(torch.tensor([f]), c)
+        alone.append(logits[0, -1])
+    _, c = dec(prompt)
+    c.batch_repeat_interleave(2)
+    real = torch.ones((2, 30), dtype=torch.bool)
+    hc = None
+    for step in range(2):
+        width = max(len(row[step]) for row in feeds)
+        filled = real.sum(dim=1).tolist()
+        ids = torch.tensor([row[step] + [0] * (width - len(row[step])) for row in feeds])
+        pos = torch.tensor([[filled[r] + min(j, len(row[step]) - 1) for j in range(width)]
+                            for r, row in enumerate(feeds)])
+        real = torch.cat([real, torch.tensor([[j < len(row[step]) for j in range(width)] for row in feeds])], 1)
+        logits, c = dec(ids, c, real, pos)
+        if hc is None:
+            with torch.inference_mode():
+                hc = hf(input_ids=prompt, use_cache=True)
+            hc = hc.cache if hc.get("cache") is not None else hc.past_key_values
+            hc.batch_repeat_interleave(2)
+        with torch.inference_mode():
+            ref = hf(input_ids=ids, attention_mask=real.long(), position_ids=pos, use_cache=True, cache=hc)
+        hc = ref.cache if ref.get("cache") is not None else ref.past_key_values
+        assert same(ref.logits.masked_fill(~real[:, -width:, None], 0), logits.masked_fill(~real[:, -width:, None], 0))
+    for r, row in enumerate(feeds):
+        assert same(logits[r, len(row[1]) - 1], alone[r])
+
     fast, slow = Generator(tiny[0] / "fine"), Generator(tiny[0] / "fine", engine="transformers")
     assert fast.engine == "torch" and isinstance(slow.model, type(hf))
     for text, target in ((SRC, "cpu"), (SRC, "gpu")):
@@ -377,6 +411,10 @@ def test_samples_are_distinct_legal_and_seeded(tiny):
     assert len(a) == 4 and len(set(keys)) == 4
     assert keys == [(o.point.sketch, tuple(o.point.decisions)) for o in b]
     assert a[0].tokens == gen.generate(space).tokens  # the greedy one first
+    # each attempt draws from its own stream, in any batch: more samples extend the fewer (tlm:8's candidates
+    # are tlm:4's and four more), however the tree of prefixes is shaped
+    more = gen.sample(space, 7, seed=7)
+    assert len(more) == 7 and [o.tokens for o in more[:4]] == [o.tokens for o in a]
     for o in a[1:]:
         _check_lowers(SRC, "mm", "cpu", o.point.stmts)
     # the temperature reaches the sampler: near zero, every sample is the greedy schedule again (no second one)

@@ -167,13 +167,13 @@ def metaschedule_candidates(space, trials: int, top: int, seed: int, log=print) 
 
 def model_run(generator, samples: int) -> str:
     """What a task's model candidates depend on besides the task, as one word for `model-candidates.done`: the
-    model's name and version, its decoding (beams, the rules on), the sample count and temperature. A key of
-    another decoding does not match, so its candidates are decoded again."""
+    model's name and version, its decoding (beams, the rules on), the sample count, temperature and sampler. A
+    key of another decoding does not match, so its candidates are decoded again."""
     from tensorlang.lm.decoding_rules import RULES
-    from tensorlang.lm.generate import SAMPLE_TEMPERATURE
+    from tensorlang.lm.generate import SAMPLE_TEMPERATURE, SAMPLER
     rules = ",".join(r.attr for r in RULES if getattr(generator, r.attr, False))
-    return f"{generator.name}|beams={generator.num_beams}|{rules}|samples={samples}|T={SAMPLE_TEMPERATURE}".replace(
-        " ", "_")
+    return (f"{generator.name}|beams={generator.num_beams}|{rules}|samples={samples}|T={SAMPLE_TEMPERATURE}"
+            f"|sampler={SAMPLER}").replace(" ", "_")
 
 
 def model_candidates(space, generator, samples: int, seed: int) -> list:

@@ -41,6 +41,10 @@ from tensorlang.lm.decoding_rules import RULES
 # same way in all three. ("Second choices" -- greedy with its least sure decisions flipped one at a time -- was
 # tried once beside them: 0.99x of 1.0.)
 SAMPLE_TEMPERATURE = 0.4
+# How `sample` draws, for caches of its candidates (benchmarks/tlm.py, collect's model-candidates.done): the same
+# seed gives other samples under another sampler. "tree v1": the samples decoded together as a tree of distinct
+# prefixes (Generator._sample_tree), since 2026-12-08; one at a time before.
+SAMPLER = "tree v1"
 
 
 @dataclass
@@ -182,14 +186,20 @@ class Generator:
         return ([self.quality] if self.quality else []) + S.prompt_tokens(space)
 
     # ------------------------------------------------------------------ decoding
-    def forward(self, ids: list[list[int]], past=None):
+    def forward(self, ids: list[list[int]], past=None, attention_mask=None, position_ids=None):
         """(logits [batch, len, vocab], cache) of these rows after `past` (None: from the start). Rows of a
-        batch may end in padding, which no real position reads."""
+        batch may end in padding, which no real position reads; rows of different histories say which cached
+        positions are real (`attention_mask`, [batch, cached + len]) and their own positions (`position_ids`)."""
         import torch
         input_ids = torch.tensor(ids, device=self.device)
         if self.engine == "torch":
-            return self.model(input_ids, past)
+            return self.model(input_ids, past, attention_mask, position_ids)
         kw = {_CACHE_ARG: past} if past is not None else {}
+        if attention_mask is not None:
+            with torch.inference_mode():
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask.long(),
+                                 position_ids=position_ids, use_cache=True, **kw)
+            return out.logits, _cache(out)
         if past is not None and len(ids) > 1:  # a batched look-ahead: the mask says the cache is all real
             kw["attention_mask"] = torch.ones((len(ids), past.get_seq_length() + len(ids[0])), dtype=torch.long,
                                               device=self.device)
@@ -404,54 +414,123 @@ class Generator:
     def sample(self, space, k: int, seed: int = 0, temperature: float = SAMPLE_TEMPERATURE,
                attempts: int | None = None, constraints=None, num_beams: int | None = None) -> list[Output]:
         """Up to k distinct legal schedules: the one-pass one (`generate`'s), then seeded samples at `temperature`
-        (as many as the space holds within `attempts`, default 4k + 4), all within `constraints` if given."""
+        (as many as the space holds within `attempts`, default 4k + 4), all within `constraints` if given. The
+        samples are decoded side by side, sharing their common prefixes (`_sample_tree`); the first k of them
+        are those of `sample(k + 1)`."""
         with _Threads(self.threads):
             return self._sample(space, k, seed, temperature, attempts, constraints, num_beams)
 
     def _sample(self, space, k, seed, temperature, attempts, constraints=None, num_beams=None) -> list[Output]:
-        import copy
-
-        import torch
-
         from tensorlang.space.space import Infeasible
         outs = [self._one_pass(space, constraints, num_beams)]
         seen = {(outs[0].point.sketch, tuple(outs[0].point.decisions))}
         if k <= 1:
             return outs[:k]
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-
-        def choose(nt, past, logits, allowed):  # token by token: exact sampling of spelled values too
-            idx = torch.tensor(allowed, device=logits.device)
-            p = torch.softmax(logits[idx].float().cpu() / temperature, dim=-1)
-            return [allowed[int(torch.multinomial(p, 1, generator=gen))]]
-
+        budget = attempts if attempts is not None else 4 * k + 4
         nt0, past0, logits0, _, forced0 = self._start(space, constraints)
+        tried = 0
         try:
-            for _ in range(attempts if attempts is not None else 4 * k + 4):
-                if len(outs) >= k:
-                    break
+            while len(outs) < k and tried < budget:
+                n = min(budget - tried, k - len(outs))  # as many attempts as schedules are missing, side by side
                 t0 = time.perf_counter()
-                nt = nt0.fork()
-                try:
-                    tokens, free, forced, steps = self._decode(nt, copy.deepcopy(past0), logits0, choose)
-                    key = (nt.sketch, tuple(nt.decisions))
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    t1 = time.perf_counter()
+                leaves = self._sample_tree(nt0, past0, logits0, range(tried, tried + n), seed, temperature)
+                tried += n
+                share = (time.perf_counter() - t0) / len(leaves)  # a schedule's share of the round
+                for nt, free, forced, steps in leaves:
                     try:
-                        point = nt.finish()
-                    except Infeasible:
-                        # Where the postprocessors alone decide (a GPU sketch without a model of its limits:
-                        # Space.refusal_free) a sample can be refused: it costs an attempt, not the others.
-                        continue
-                finally:
-                    nt.close()
-                outs.append(Output(point, list(tokens), steps + 1, free, forced + forced0,
-                                   {"decode": t1 - t0, "finish": time.perf_counter() - t1}))
+                        key = (nt.sketch, tuple(nt.decisions))
+                        if key in seen or len(outs) >= k:
+                            continue
+                        seen.add(key)
+                        t1 = time.perf_counter()
+                        try:
+                            point = nt.finish()
+                        except Infeasible:
+                            # Where the postprocessors alone decide (a GPU sketch without a model of its limits:
+                            # Space.refusal_free) a sample can be refused: it costs an attempt, not the others.
+                            continue
+                    finally:
+                        nt.close()
+                    outs.append(Output(point, list(nt.tokens), steps + 1, free, forced + forced0,
+                                       {"decode": share, "finish": time.perf_counter() - t1}))
         finally:
             nt0.close()
         return outs
+
+    def _sample_tree(self, nt0, past0, logits0, attempts: range, seed: int, temperature: float) -> list[tuple]:
+        """One sample per attempt from the decoder state after the prefill (`nt0`, its cache and logits), decoded
+        together as a tree of distinct prefixes: a node holds the attempts that have written the same tokens so
+        far, and each of them draws its next token from the node's legal-token distribution at `temperature`
+        with its own random stream (seeded by `seed` and the attempt's number, so an attempt draws the same
+        sample in any round and batch: `sample(k)`'s schedules are the first of `sample(k + 1)`'s); one child
+        per distinct token. Every node still writing takes one row of one forward pass a step (its chosen
+        token and the forced ones after it, as one-pass decoding feeds them; shorter feeds padded, the padding
+        masked): the weights are read once a step for all, and a prefix the attempts share is computed once --
+        a confident model's samples share most of theirs, and one sample at a time, a 4x256's decoding was
+        bound by reading its weights. A spelled value is drawn token by token (exact sampling).
+        -> [(decoder state, free, forced, steps)]: one per distinct sample, by its first attempt; the caller
+        closes them."""
+        import bisect
+        import copy
+        import random
+
+        import torch
+        streams = {a: random.Random(f"{seed}:{a}") for a in attempts}
+        # a node: [decoder state, its attempts, free, forced, forward steps]
+        nodes = [[nt0.fork(), list(attempts), 0, 0, 0]]
+        logits = [logits0]
+        cache = copy.deepcopy(past0)
+        real = torch.ones((1, past0.get_seq_length()), dtype=torch.bool, device=self.device)
+        pad = self.ids["[PAD]"]
+        leaves = []
+        try:
+            while nodes:
+                children, parents, feeds = [], [], []
+                for r, (nt, lanes, free, forced_n, steps) in enumerate(nodes):
+                    allowed = _legal_ids(nt)
+                    idx = torch.tensor(allowed, device=logits[r].device)
+                    cdf = torch.softmax(logits[r][idx].double().cpu() / temperature, dim=-1).cumsum(0).tolist()
+                    drawn = {}
+                    for a in lanes:
+                        i = min(bisect.bisect_right(cdf, streams[a].random() * cdf[-1]), len(cdf) - 1)
+                        drawn.setdefault(i, []).append(a)
+                    picks = sorted(drawn)
+                    states = [nt] + [nt.fork() for _ in picks[1:]]  # forked before the parent moves on
+                    for i, state in zip(picks, states):
+                        tok = allowed[i]
+                        state.push(self.words[tok])
+                        forced = self._push_forced(state)
+                        node = [state, drawn[i], free + 1, forced_n + len(forced), steps]
+                        if state.done:
+                            leaves.append(node)
+                        else:
+                            children.append(node)
+                            parents.append(r)
+                            feeds.append([tok] + [self.ids[t] for t in forced])
+                nodes = children
+                if not nodes:
+                    break
+                index = torch.tensor(parents, device=self.device)  # each child's row: its parent's, repeated
+                cache.batch_select_indices(index)
+                real = real[index]
+                width = max(len(f) for f in feeds)
+                filled = real.sum(dim=1).tolist()  # each row's real positions so far
+                ids = [f + [pad] * (width - len(f)) for f in feeds]
+                # a padded position's own position id repeats the row's last (it is never attended to)
+                position_ids = torch.tensor([[filled[r] + min(j, len(f) - 1) for j in range(width)]
+                                             for r, f in enumerate(feeds)], device=self.device)
+                new = torch.tensor([[j < len(f) for j in range(width)] for f in feeds], device=self.device)
+                real = torch.cat([real, new], dim=1)
+                out, cache = self.forward(ids, cache, real, position_ids)
+                logits = [out[r, len(f) - 1] for r, f in enumerate(feeds)]
+                for node in nodes:
+                    node[4] += 1
+        except BaseException:
+            for node in nodes + leaves:
+                node[0].close()
+            raise
+        leaves.sort(key=lambda node: node[1][0])
+        return [(nt, free, forced, steps) for nt, _, free, forced, steps in leaves]
 
 
 def _spellings(nt, start: str) -> list[list[str]]:

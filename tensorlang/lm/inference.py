@@ -37,6 +37,10 @@ class KVCache:
         """Each batch row repeated n times (as transformers' Cache does), for a batched look-ahead."""
         self.layers = [(k.repeat_interleave(n, dim=0), v.repeat_interleave(n, dim=0)) for k, v in self.layers]
 
+    def batch_select_indices(self, indices) -> None:
+        """Only these batch rows kept (as transformers' Cache does): the rows of a batch still decoding."""
+        self.layers = [(k[indices], v[indices]) for k, v in self.layers]
+
 
 class GPT2Decoder:
     """GPT2LMHeadModel's forward (eval mode, no dropout) over a checkpoint's tensors."""
@@ -70,18 +74,27 @@ class GPT2Decoder:
         tensors = {k: v.float() for k, v in tensors.items()}  # a float16 checkpoint runs as float32
         return cls(json.loads((path / "config.json").read_text()), tensors, device)
 
-    def __call__(self, input_ids, cache: KVCache | None = None):
+    def __call__(self, input_ids, cache: KVCache | None = None, attention_mask=None, position_ids=None):
         """(logits [batch, len, vocab], the cache extended by these positions). Every position attends to
-        the cached ones and to those before it (no padding: the caller pads only at the end, never read)."""
+        the cached ones and to those before it. Rows of different lengths (a batch of samples, each its own
+        number of forced tokens a step) come padded, as transformers takes them: `attention_mask` [batch,
+        cached + len] says which positions are real (a padded one is never attended to) and `position_ids`
+        [batch, len] each row's own positions; without them every position is real and rows share positions."""
         import torch
         import torch.nn.functional as F
         with torch.inference_mode():
             b, n = input_ids.shape
             past = cache.get_seq_length() if cache is not None else 0
-            pos = torch.arange(past, past + n, device=self.device)
-            h = self.wte[input_ids] + self.wpe[pos].unsqueeze(0)
+            if position_ids is None:
+                pos = torch.arange(past, past + n, device=self.device)
+                h = self.wte[input_ids] + self.wpe[pos].unsqueeze(0)
+            else:
+                h = self.wte[input_ids] + self.wpe[position_ids]
             mask = None  # n == 1: the one query sees everything; no past: plain causal
-            if n > 1 and past:
+            if attention_mask is not None:  # [b, 1, n, past + n]: real keys, causal among the new ones
+                causal = torch.ones(n, past + n, dtype=torch.bool, device=self.device).tril(past)
+                mask = attention_mask.bool()[:, None, None, :] & causal
+            elif n > 1 and past:
                 mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device).tril(past)
             layers = []
             d = self.n_embd // self.n_head
@@ -94,7 +107,7 @@ class GPT2Decoder:
                     v = torch.cat([cache.layers[i][1], v], dim=2)
                 layers.append((k, v))
                 att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d ** -0.5,
-                                                     is_causal=n > 1 and not past)
+                                                     is_causal=mask is None and n > 1 and not past)
                 att = att.transpose(1, 2).reshape(b, n, self.n_embd)
                 h = h + _conv1d(att, w["attn.c_proj.weight"], w["attn.c_proj.bias"])
                 m = F.layer_norm(h, (self.n_embd,), w["ln_2.weight"], w["ln_2.bias"], self.eps)
