@@ -506,6 +506,7 @@ def test_beam_search_finds_the_most_likely_schedule(tiny):
     space = _spaces(one)[1]["cp"]  # a one-point space: every token forced, nothing left to search
     assert space.count()[0] == 1
     assert gen.generate(space, num_beams=4).tokens == gen.generate(space).tokens
+    assert [o.tokens for o in gen.sample(space, 4)] == [gen.generate(space).tokens]  # no sample to draw
 
 
 def test_tlm_policy_falls_back_to_roller_without_a_checkpoint(tmp_path, monkeypatch):

@@ -430,12 +430,12 @@ class Generator:
         nt0, past0, logits0, _, forced0 = self._start(space, constraints)
         tried = 0
         try:
-            while len(outs) < k and tried < budget:
+            while len(outs) < k and tried < budget and not nt0.done:  # done: every token forced, one schedule
                 n = min(budget - tried, k - len(outs))  # as many attempts as schedules are missing, side by side
                 t0 = time.perf_counter()
                 leaves = self._sample_tree(nt0, past0, logits0, range(tried, tried + n), seed, temperature)
                 tried += n
-                share = (time.perf_counter() - t0) / len(leaves)  # a schedule's share of the round
+                share = (time.perf_counter() - t0) / max(1, len(leaves))  # a schedule's share of the round
                 for nt, free, forced, steps in leaves:
                     try:
                         key = (nt.sketch, tuple(nt.decisions))
