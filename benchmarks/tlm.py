@@ -190,8 +190,8 @@ def run_stamp(script: str, argv, started: float) -> dict:
 
 
 def decoding(gen, sampled: bool = False) -> str:
-    """A model and how it decodes (`sampled`: and the temperature and sampler of its samples; the decoding rules it has on,
-    each by its RULE, lm/decoding_rules.py): what a cached schedule of it depends on."""
+    """A model and how it decodes (`sampled`: and the temperature and sampler of its samples; the decoding rules
+    it has on, each by its RULE, lm/decoding_rules.py): what a cached schedule of it depends on."""
     from tensorlang.lm.decoding_rules import RULES
     from tensorlang.lm.generate import SAMPLE_TEMPERATURE, SAMPLER
     name = gen.name if gen.num_beams == 1 else f"{gen.name} beams={gen.num_beams}"

@@ -76,6 +76,16 @@ def _cache(out):
 
 
 @dataclass
+class _Node:
+    """A prefix of the sampler's tree: its decoder state, the attempts that wrote it, and their counts so far."""
+    nt: object
+    attempts: list
+    free: int
+    forced: int
+    steps: int  # forward passes
+
+
+@dataclass
 class _Beam:
     """A prefix of beam search: its log-probability, decoder state, KV cache and next-token logits."""
     score: float
@@ -196,11 +206,8 @@ class Generator:
             return self.model(input_ids, past, attention_mask, position_ids)
         kw = {_CACHE_ARG: past} if past is not None else {}
         if attention_mask is not None:
-            with torch.inference_mode():
-                out = self.model(input_ids=input_ids, attention_mask=attention_mask.long(),
-                                 position_ids=position_ids, use_cache=True, **kw)
-            return out.logits, _cache(out)
-        if past is not None and len(ids) > 1:  # a batched look-ahead: the mask says the cache is all real
+            kw.update(attention_mask=attention_mask.long(), position_ids=position_ids)
+        elif past is not None and len(ids) > 1:  # a batched look-ahead: the mask says the cache is all real
             kw["attention_mask"] = torch.ones((len(ids), past.get_seq_length() + len(ids[0])), dtype=torch.long,
                                               device=self.device)
         with torch.inference_mode():
@@ -227,12 +234,13 @@ class Generator:
         from tensorlang.space.sentence import push_forced
         return push_forced(nt)
 
-    def _decode(self, nt, past, logits, choose) -> tuple[list, int, int, int]:
-        """`choose(nt, past, logits, allowed ids)` -> the ids chosen (one token, or a whole spelled number)."""
+    def _decode(self, nt, past, logits) -> tuple[list, int, int, int]:
+        """Greedy decoding from a decoder state: each step's value chosen by `_greedy` (one token, or a whole
+        spelled number) and fed with the forced tokens after it."""
         free = forced_n = steps = 0
         while not nt.done:
             allowed = _legal_ids(nt)
-            chosen = choose(nt, past, logits, allowed)
+            chosen = self._greedy(nt, past, logits, allowed)
             for tok in chosen:
                 nt.push(self.words[tok])
             free += len(chosen)
@@ -312,7 +320,7 @@ class Generator:
         t0 = time.perf_counter()
         nt, past, logits, _, forced0 = self._start(space, constraints)
         try:
-            tokens, free, forced, steps = self._decode(nt, past, logits, self._greedy)
+            tokens, free, forced, steps = self._decode(nt, past, logits)
             t1 = time.perf_counter()
             point = nt.finish()
         finally:
@@ -476,8 +484,7 @@ class Generator:
 
         import torch
         streams = {a: random.Random(f"{seed}:{a}") for a in attempts}
-        # a node: [decoder state, its attempts, free, forced, forward steps]
-        nodes = [[nt0.fork(), list(attempts), 0, 0, 0]]
+        nodes = [_Node(nt0.fork(), list(attempts), 0, 0, 0)]
         logits = [logits0]
         cache = copy.deepcopy(past0)
         real = torch.ones((1, past0.get_seq_length()), dtype=torch.bool, device=self.device)
@@ -486,25 +493,25 @@ class Generator:
         try:
             while nodes:
                 children, parents, feeds = [], [], []
-                for r, (nt, lanes, free, forced_n, steps) in enumerate(nodes):
-                    allowed = _legal_ids(nt)
+                for r, node in enumerate(nodes):
+                    allowed = _legal_ids(node.nt)
                     idx = torch.tensor(allowed, device=logits[r].device)
                     cdf = torch.softmax(logits[r][idx].double().cpu() / temperature, dim=-1).cumsum(0).tolist()
                     drawn = {}
-                    for a in lanes:
+                    for a in node.attempts:
                         i = min(bisect.bisect_right(cdf, streams[a].random() * cdf[-1]), len(cdf) - 1)
                         drawn.setdefault(i, []).append(a)
                     picks = sorted(drawn)
-                    states = [nt] + [nt.fork() for _ in picks[1:]]  # forked before the parent moves on
+                    states = [node.nt] + [node.nt.fork() for _ in picks[1:]]  # forked before the parent moves on
                     for i, state in zip(picks, states):
                         tok = allowed[i]
                         state.push(self.words[tok])
                         forced = self._push_forced(state)
-                        node = [state, drawn[i], free + 1, forced_n + len(forced), steps]
+                        child = _Node(state, drawn[i], node.free + 1, node.forced + len(forced), node.steps)
                         if state.done:
-                            leaves.append(node)
+                            leaves.append(child)
                         else:
-                            children.append(node)
+                            children.append(child)
                             parents.append(r)
                             feeds.append([tok] + [self.ids[t] for t in forced])
                 nodes = children
@@ -524,13 +531,13 @@ class Generator:
                 out, cache = self.forward(ids, cache, real, position_ids)
                 logits = [out[r, len(f) - 1] for r, f in enumerate(feeds)]
                 for node in nodes:
-                    node[4] += 1
+                    node.steps += 1
         except BaseException:
             for node in nodes + leaves:
-                node[0].close()
+                node.nt.close()
             raise
-        leaves.sort(key=lambda node: node[1][0])
-        return [(nt, free, forced, steps) for nt, _, free, forced, steps in leaves]
+        leaves.sort(key=lambda node: node.attempts[0])
+        return [(node.nt, node.free, node.forced, node.steps) for node in leaves]
 
 
 def _spellings(nt, start: str) -> list[list[str]]:

@@ -91,11 +91,10 @@ class GPT2Decoder:
             else:
                 h = self.wte[input_ids] + self.wpe[position_ids]
             mask = None  # n == 1: the one query sees everything; no past: plain causal
-            if attention_mask is not None:  # [b, 1, n, past + n]: real keys, causal among the new ones
-                causal = torch.ones(n, past + n, dtype=torch.bool, device=self.device).tril(past)
-                mask = attention_mask.bool()[:, None, None, :] & causal
-            elif n > 1 and past:
+            if attention_mask is not None or (n > 1 and past):
                 mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device).tril(past)
+                if attention_mask is not None:  # [b, 1, n, past + n]: real keys, causal among the new ones
+                    mask = attention_mask.bool()[:, None, None, :] & mask
             layers = []
             d = self.n_embd // self.n_head
             for i, w in enumerate(self.blocks):
